@@ -1,0 +1,33 @@
+"""Text environments for language agents (pure Python/NumPy; no JAX).
+
+    import envs_py
+    env = envs_py.make("virtualhome/food_preparation")
+    obs = env.reset(seed=0)            # Observation(text, actions)
+    result = env.step(obs.actions[0])  # StepResult(observation, reward, done, info)
+"""
+
+from envs_py.base import (
+    EnvSpec,
+    Observation,
+    StepAfterDoneError,
+    StepResult,
+    TextEnv,
+    UnknownEnvError,
+    VectorEnv,
+    make,
+    register,
+    registry,
+)
+
+__all__ = [
+    "EnvSpec",
+    "Observation",
+    "StepAfterDoneError",
+    "StepResult",
+    "TextEnv",
+    "UnknownEnvError",
+    "VectorEnv",
+    "make",
+    "register",
+    "registry",
+]

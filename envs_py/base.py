@@ -1,0 +1,302 @@
+"""The text-environment interface shared by every environment in `envs_py`.
+
+An environment shows a language agent an `Observation` (text, plus the tuple
+of valid action strings for restricted environments or `None` for free-form
+ones) and takes the agent's action as text.  `StepResult.info` carries
+diagnostics (`invalid_action`, `state_vector`, `primitive_steps`, ...).
+
+Environments register under a name (`"virtualhome/food_preparation"`) with an
+entry point string `"module:callable"`, so importing `envs_py` imports no
+environment until `make` asks for it.
+
+This package never imports JAX: it is stepped in Python by the trainer's
+rollout loop, possibly in worker processes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import importlib
+import multiprocessing
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """What the agent sees.
+
+    Attributes:
+      text: the observation rendered as text (the prompt's content).
+      actions: valid action strings in this state, or None for free-form
+        environments (e.g. code generation).
+    """
+
+    text: str
+    actions: tuple[str, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """The outcome of one `step`: next observation, reward, done, info."""
+
+    observation: Observation
+    reward: float
+    done: bool
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class StepAfterDoneError(RuntimeError):
+    """Raised when `step` is called on a finished episode without `reset`."""
+
+
+class UnknownEnvError(KeyError):
+    """Raised by `make` for a name that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message.
+        return str(self.args[0])
+
+
+@runtime_checkable
+class TextEnv(Protocol):
+    """Protocol of a text environment."""
+
+    def reset(self, seed: int | None = None) -> Observation: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """A registered environment: name, `module:callable` entry point, kwargs."""
+
+    name: str
+    entry_point: str
+    description: str
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def resolve(self) -> Callable[..., TextEnv]:
+        module_name, _, attr = self.entry_point.partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+
+# Modules that register environments when imported.  `registry()` and `make()`
+# import them on first use; each is optional so that a missing optional
+# dependency in one family never hides the others.
+_FAMILY_MODULES = (
+    "envs_py.overcooked",
+    "envs_py.virtualhome",
+    "envs_py.datasci",
+    "envs_py.toy",
+)
+_families_loaded = False
+
+
+def register(name: str, entry_point: str, description: str, **kwargs: Any) -> None:
+    """Registers an environment constructor under `name` (idempotent)."""
+    _REGISTRY[name] = EnvSpec(name, entry_point, description, dict(kwargs))
+
+
+def _load_families() -> None:
+    global _families_loaded
+    if _families_loaded:
+        return
+    _families_loaded = True
+    for module_name in _FAMILY_MODULES:
+        try:
+            importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            # Only a family that is absent is skipped; a family that exists
+            # but fails to import because of its own bug must surface.
+            if error.name != module_name:
+                raise
+
+
+def registry() -> dict[str, str]:
+    """Returns {name: one-line description} of every registered environment."""
+    _load_families()
+    return {name: spec.description for name, spec in sorted(_REGISTRY.items())}
+
+
+def make(name: str, **kwargs: Any) -> TextEnv:
+    """Builds the environment registered as `name`; kwargs override defaults."""
+    _load_families()
+    if name not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY)) or "(none)"
+        raise UnknownEnvError(f"unknown environment {name!r}; known: {known}")
+    spec = _REGISTRY[name]
+    return spec.resolve()(**{**spec.kwargs, **kwargs})
+
+
+# ---------------------------------------------------------------------------
+# Vectorised environments.
+
+
+def _episode_seed(base_seed: int | None, env_index: int, episode: int, num_envs: int) -> int | None:
+    """Seed of episode `episode` of env `env_index`: distinct for every pair."""
+    if base_seed is None:
+        return None
+    return base_seed + env_index + episode * num_envs
+
+
+class _InlineWorker:
+    """Holds one env in this process."""
+
+    def __init__(self, factory: Callable[[], TextEnv]):
+        self.env = factory()
+
+    def reset(self, seed):
+        return self.env.reset(seed=seed)
+
+    def step(self, action):
+        return self.env.step(action)
+
+    def close(self):
+        close = getattr(self.env, "close", None)
+        if close is not None:
+            close()
+
+
+def _process_worker_main(conn, name, kwargs):
+    env = make(name, **kwargs)
+    while True:
+        command, arg = conn.recv()
+        if command == "close":
+            close = getattr(env, "close", None)
+            if close is not None:
+                close()
+            conn.close()
+            return
+        try:
+            result = env.reset(seed=arg) if command == "reset" else env.step(arg)
+            conn.send(("ok", result))
+        except BaseException as error:  # sent back and re-raised in the parent
+            conn.send(("error", error))
+
+
+class _ProcessWorker:
+    """Holds one env in a spawned worker process (the env is built there)."""
+
+    def __init__(self, name: str, kwargs: dict[str, Any]):
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(
+            target=_process_worker_main, args=(child, name, kwargs), daemon=True
+        )
+        self.process.start()
+        child.close()
+
+    def _call(self, command, arg):
+        self.conn.send((command, arg))
+        status, value = self.conn.recv()
+        if status == "error":
+            raise value
+        return value
+
+    def reset(self, seed):
+        return self._call("reset", seed)
+
+    def step(self, action):
+        return self._call("step", action)
+
+    def close(self):
+        try:
+            self.conn.send(("close", None))
+        except (BrokenPipeError, OSError):
+            pass
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+
+
+class VectorEnv:
+    """N copies of one environment, auto-reset, seeded.
+
+    `step(actions)` steps every env; an env whose episode ends is reset at
+    once: its `StepResult` keeps the terminal `reward`/`done=True`, carries
+    the terminal observation in `info["final_observation"]`, and its
+    `observation` is the first observation of the next episode.  Episode `k`
+    of env `i` is reset with seed `seed + i + k * num_envs`.
+
+    Modes:
+      "inline": envs live in this process and step one after another (cheap
+        envs such as Overcooked and VirtualHome).
+      "threads": envs live in this process and step concurrently in a thread
+        pool (envs whose step waits on a subprocess, such as DataSciCoding's
+        sandbox).
+      "processes": each env lives in a spawned worker process (expensive
+        pure-Python envs).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        num_envs: int,
+        seed: int | None = 0,
+        mode: str = "inline",
+        **env_kwargs: Any,
+    ):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if mode not in ("inline", "threads", "processes"):
+            raise ValueError(f"mode must be inline, threads or processes, got {mode!r}")
+        self.name = name
+        self.num_envs = num_envs
+        self.seed = seed
+        self.mode = mode
+        if mode == "processes":
+            make(name, **env_kwargs)  # fail here, with a clear error, not in a worker
+            self._workers = [_ProcessWorker(name, env_kwargs) for _ in range(num_envs)]
+        else:
+            self._workers = [
+                _InlineWorker(lambda: make(name, **env_kwargs)) for _ in range(num_envs)
+            ]
+        self._pool = (
+            concurrent.futures.ThreadPoolExecutor(max_workers=num_envs)
+            if mode in ("threads", "processes")
+            else None
+        )
+        self._episodes = [0] * num_envs
+
+    def _map(self, fn: Callable[[int], Any]) -> list[Any]:
+        if self._pool is None:
+            return [fn(i) for i in range(self.num_envs)]
+        return list(self._pool.map(fn, range(self.num_envs)))
+
+    def _reset_one(self, i: int) -> Observation:
+        seed = _episode_seed(self.seed, i, self._episodes[i], self.num_envs)
+        return self._workers[i].reset(seed)
+
+    def reset(self) -> list[Observation]:
+        """Resets every env (episode counters restart) and returns observations."""
+        self._episodes = [0] * self.num_envs
+        return self._map(self._reset_one)
+
+    def step(self, actions: Sequence[str]) -> list[StepResult]:
+        """Steps env i with actions[i]; finished episodes are reset at once."""
+        if len(actions) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
+
+        def step_one(i: int) -> StepResult:
+            result = self._workers[i].step(actions[i])
+            if not result.done:
+                return result
+            self._episodes[i] += 1
+            info = dict(result.info, final_observation=result.observation)
+            return dataclasses.replace(result, observation=self._reset_one(i), info=info)
+
+        return self._map(step_one)
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> "VectorEnv":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

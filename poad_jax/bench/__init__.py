@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks: `python -m poad_jax.bench <name> [flags]`."""

@@ -1,0 +1,450 @@
+"""A LLaMA-family decoder in Flax NNX, with LoRA adapters and a KV cache.
+
+This file is the model and nothing else (loading and conversion live in
+`poad_jax.models.loading`).  It covers LLaMA (SmolLM2) and Qwen2 (LLaMA with
+biases on the q, k, v projections).
+
+Layout choices:
+- The decoder layers' weights are stacked along a leading layer axis and the
+  forward pass runs `jax.lax.scan` over them: one layer is traced and
+  compiled once, whatever the depth (30 layers compile as fast as one).
+- Linear weights are stored `[in, out]` (x @ W), i.e. transposed from the
+  Hugging Face `[out, in]` convention; the loader transposes.
+- LoRA adapters are `nnx.LoRAParam` variables (A `[L, in, r]`, B `[L, r, out]`,
+  B zero-initialised so a fresh adapter changes no logit); their update is
+  scaled by alpha / r here (NNX does not scale).  Base weights are plain
+  `nnx.Param`: the frozen base is `nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam))`.
+- RoPE follows the Hugging Face "rotate half" convention (q/k weights in HF
+  order); the GGUF loader undoes GGUF's interleaving permutation.
+
+Attention semantics (one rule for prefill, training and decoding): the T new
+tokens occupy key slots `[index, index + T)` (index = 0 without a cache); query
+t may attend to key slot s iff `s <= index + t` and `key_mask[b, s]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig:
+    """Architecture hyper-parameters (Hugging Face `config.json` names)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int | None = None
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: tuple[tuple[str, Any], ...] | None = None  # hashable dict items
+    tie_word_embeddings: bool = True
+    attention_bias: bool = False  # Qwen2: biases on q, k, v
+    max_position_embeddings: int = 2048
+    bos_token_id: int | None = None
+    eos_token_id: int | tuple[int, ...] | None = None
+    pad_token_id: int | None = None
+    model_type: str = "llama"
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def rope_scaling_dict(self) -> dict[str, Any] | None:
+        return dict(self.rope_scaling) if self.rope_scaling else None
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any]) -> "LlamaConfig":
+        """Builds a config from a Hugging Face `config.json` dictionary."""
+        model_type = hf.get("model_type", "llama")
+        rope_theta = hf.get("rope_theta")
+        rope_scaling = hf.get("rope_scaling")
+        parameters = hf.get("rope_parameters")  # transformers >= 5 layout
+        if isinstance(parameters, dict):
+            rope_theta = parameters.get("rope_theta", rope_theta)
+            if parameters.get("rope_type", "default") != "default":
+                rope_scaling = {k: v for k, v in parameters.items() if k != "rope_theta"}
+        if isinstance(rope_scaling, dict) and rope_scaling.get(
+            "rope_type", rope_scaling.get("type", "default")
+        ) == "default":
+            rope_scaling = None
+        eos = hf.get("eos_token_id")
+        if isinstance(eos, list):
+            eos = tuple(eos)
+        return cls(
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_hidden_layers=hf["num_hidden_layers"],
+            num_attention_heads=hf["num_attention_heads"],
+            num_key_value_heads=hf.get("num_key_value_heads", hf["num_attention_heads"]),
+            head_dim=hf.get("head_dim"),
+            rms_norm_eps=hf.get("rms_norm_eps", 1e-5),
+            rope_theta=float(rope_theta if rope_theta is not None else 10000.0),
+            rope_scaling=tuple(sorted(rope_scaling.items())) if rope_scaling else None,
+            tie_word_embeddings=hf.get("tie_word_embeddings", model_type != "qwen2"),
+            attention_bias=hf.get("attention_bias", model_type == "qwen2"),
+            max_position_embeddings=hf.get("max_position_embeddings", 2048),
+            bos_token_id=hf.get("bos_token_id"),
+            eos_token_id=eos,
+            pad_token_id=hf.get("pad_token_id"),
+            model_type=model_type,
+        )
+
+    def to_hf(self) -> dict[str, Any]:
+        """The Hugging Face `config.json` dictionary of this config."""
+        architectures = {"llama": ["LlamaForCausalLM"], "qwen2": ["Qwen2ForCausalLM"]}
+        hf = {
+            "architectures": architectures.get(self.model_type, ["LlamaForCausalLM"]),
+            "model_type": self.model_type,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.dim_per_head,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": self.rope_scaling_dict,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": self.attention_bias,
+            "max_position_embeddings": self.max_position_embeddings,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": list(self.eos_token_id)
+            if isinstance(self.eos_token_id, tuple)
+            else self.eos_token_id,
+            "pad_token_id": self.pad_token_id,
+            "hidden_act": "silu",
+        }
+        return hf
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraConfig:
+    """LoRA placement: rank r, alpha (update scaled by alpha / r), targets."""
+
+    rank: int = 8
+    alpha: float = 16.0
+    targets: tuple[str, ...] = ("q_proj", "v_proj")
+
+    def __post_init__(self):
+        unknown = set(self.targets) - set(LORA_TARGETS)
+        if unknown:
+            raise ValueError(f"unknown LoRA targets {sorted(unknown)}; choose from {LORA_TARGETS}")
+        if self.rank < 1:
+            raise ValueError(f"LoRA rank must be >= 1, got {self.rank}")
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+
+class KVCache(NamedTuple):
+    """Per-layer keys and values `[L, B, S, KV, D]`; `index` = next free slot."""
+
+    k: jax.Array
+    v: jax.Array
+    index: jax.Array  # int32 scalar
+
+
+class ModelOutput(NamedTuple):
+    """`logits [B, T, V]` (float32, or None), final-norm `hidden [B, T, H]`, cache."""
+
+    logits: jax.Array | None
+    hidden: jax.Array
+    cache: KVCache | None
+
+
+def init_cache(config: LlamaConfig, batch: int, length: int, dtype=jnp.float32) -> KVCache:
+    """An empty KV cache of `length` slots for `batch` rows."""
+    shape = (config.num_hidden_layers, batch, length, config.num_key_value_heads, config.dim_per_head)
+    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((), jnp.int32))
+
+
+# ---------------------------------------------------------------------------
+# Pure building blocks.
+
+
+def rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """y = x / sqrt(mean(x^2) + eps) * weight, computed in float32."""
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (y * weight.astype(jnp.float32)).astype(x.dtype)
+
+
+def rope_inverse_frequencies(config: LlamaConfig) -> jax.Array:
+    """inv_freq[i] = theta^(-2i/D), adjusted by the config's RoPE scaling.
+
+    Supported scaling: "linear" (positions / factor) and "llama3" (per-band
+    wavelength scaling of Llama 3.1).
+    """
+    dim = config.dim_per_head
+    inv_freq = 1.0 / (config.rope_theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
+    scaling = config.rope_scaling_dict
+    if not scaling:
+        return inv_freq
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    if kind == "llama3":
+        factor = scaling["factor"]
+        low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+        original = scaling["original_max_position_embeddings"]
+        wavelength = 2 * math.pi / inv_freq
+        smooth = (original / wavelength - low) / (high - low)
+        scaled = jnp.where(wavelength > original / low, inv_freq / factor, inv_freq)
+        mid = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        is_mid = (wavelength <= original / low) & (wavelength >= original / high)
+        return jnp.where(is_mid, mid, scaled)
+    raise NotImplementedError(f"RoPE scaling {kind!r} is not supported")
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
+    """Rotates `x [B, T, N, D]` by angle position * inv_freq ("rotate half").
+
+    With x = [x1, x2] (halves of D): out = [x1 cos - x2 sin, x2 cos + x1 sin].
+    """
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, D/2]
+    cos = jnp.cos(angles)[:, :, None, :]
+    sin = jnp.sin(angles)[:, :, None, :]
+    x32 = x.astype(jnp.float32)
+    x1, x2 = jnp.split(x32, 2, axis=-1)
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return rotated.astype(x.dtype)
+
+
+def attention_mask(key_mask: jax.Array, query_length: int, start: jax.Array) -> jax.Array:
+    """`[B, T, S]` bool: query t sees key slot s iff s <= start + t and key_mask[b, s]."""
+    slots = jnp.arange(key_mask.shape[1])
+    query_slots = start + jnp.arange(query_length)
+    causal = slots[None, :] <= query_slots[:, None]  # [T, S]
+    return causal[None, :, :] & key_mask[:, None, :].astype(bool)
+
+
+def grouped_query_attention(q, k, v, mask):
+    """softmax(q k^T / sqrt(D) + mask) v with KV heads shared by query groups.
+
+    q `[B, T, N, D]`, k/v `[B, S, KV, D]`, mask `[B, T, S]` -> `[B, T, N, D]`.
+    Scores and softmax run in float32; a query with no visible key gets zeros.
+    """
+    batch, length, num_heads, dim = q.shape
+    num_kv = k.shape[2]
+    groups = num_heads // num_kv
+    q = q.reshape(batch, length, num_kv, groups, dim)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = scores / jnp.sqrt(jnp.float32(dim))
+    visible = mask[:, None, None, :, :]
+    scores = jnp.where(visible, scores, jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(scores, axis=-1)
+    weights = jnp.where(visible, weights, 0.0)
+    out = jnp.einsum("bkgts,bskd->btkgd", weights.astype(v.dtype), v)
+    return out.reshape(batch, length, num_heads, dim)
+
+
+# ---------------------------------------------------------------------------
+# Modules.
+
+
+def _normal(rngs: nnx.Rngs, shape, dtype, std=0.02):
+    return jax.random.normal(rngs.params(), shape, dtype) * std
+
+
+class DecoderLayers(nnx.Module):
+    """All decoder layers, weights stacked on a leading layer axis `[L, ...]`."""
+
+    def __init__(self, config: LlamaConfig, lora: LoraConfig | None, *, param_dtype, rngs: nnx.Rngs):
+        n_layers, hidden = config.num_hidden_layers, config.hidden_size
+        head_dim = config.dim_per_head
+        q_out = config.num_attention_heads * head_dim
+        kv_out = config.num_key_value_heads * head_dim
+        inter = config.intermediate_size
+        self.shapes = {
+            "q_proj": (hidden, q_out),
+            "k_proj": (hidden, kv_out),
+            "v_proj": (hidden, kv_out),
+            "o_proj": (q_out, hidden),
+            "gate_proj": (hidden, inter),
+            "up_proj": (hidden, inter),
+            "down_proj": (inter, hidden),
+        }
+        self.input_norm = nnx.Param(jnp.ones((n_layers, hidden), param_dtype))
+        self.post_attention_norm = nnx.Param(jnp.ones((n_layers, hidden), param_dtype))
+        self.weights = nnx.Dict(
+            {
+                name: nnx.Param(_normal(rngs, (n_layers, *shape), param_dtype))
+                for name, shape in self.shapes.items()
+            }
+        )
+        if config.attention_bias:
+            self.biases = nnx.Dict(
+                {
+                    name: nnx.Param(jnp.zeros((n_layers, self.shapes[name][1]), param_dtype))
+                    for name in ("q_proj", "k_proj", "v_proj")
+                }
+            )
+        else:
+            self.biases = nnx.Dict({})
+        self.lora_a = nnx.Dict({})
+        self.lora_b = nnx.Dict({})
+        if lora is not None:
+            for name in lora.targets:
+                fan_in, fan_out = self.shapes[name]
+                bound = 1.0 / math.sqrt(fan_in)  # kaiming-uniform(a=sqrt(5)) bound, as PEFT
+                self.lora_a[name] = nnx.LoRAParam(
+                    jax.random.uniform(
+                        rngs.params(), (n_layers, fan_in, lora.rank), param_dtype, -bound, bound
+                    )
+                )
+                self.lora_b[name] = nnx.LoRAParam(jnp.zeros((n_layers, lora.rank, fan_out), param_dtype))
+
+
+class Llama(nnx.Module):
+    """LLaMA / Qwen2 causal decoder with optional LoRA adapters.
+
+    Call: `model(tokens [B, T], positions [B, T], key_mask [B, S], cache=None,
+    use_lora=True, return_logits=True) -> ModelOutput`.  Without a cache
+    S == T; with a cache S is the cache length and the new keys are written at
+    slots `[cache.index, cache.index + T)`.
+    """
+
+    def __init__(
+        self,
+        config: LlamaConfig,
+        *,
+        lora: LoraConfig | None = LoraConfig(),
+        dtype=jnp.float32,
+        param_dtype=jnp.float32,
+        rngs: nnx.Rngs,
+    ):
+        self.config = config
+        self.lora_config = lora
+        self.dtype = dtype
+        self.embed = nnx.Param(_normal(rngs, (config.vocab_size, config.hidden_size), param_dtype))
+        self.layers = DecoderLayers(config, lora, param_dtype=param_dtype, rngs=rngs)
+        self.final_norm = nnx.Param(jnp.ones((config.hidden_size,), param_dtype))
+        if config.tie_word_embeddings:
+            self.lm_head = None
+        else:
+            self.lm_head = nnx.Param(_normal(rngs, (config.hidden_size, config.vocab_size), param_dtype))
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        key_mask: jax.Array,
+        cache: KVCache | None = None,
+        *,
+        use_lora: bool = True,
+        return_logits: bool = True,
+    ) -> ModelOutput:
+        config, dtype = self.config, self.dtype
+        batch, length = tokens.shape
+        chex.assert_shape(positions, (batch, length))
+        chex.assert_rank(key_mask, 2)
+        if cache is None:
+            chex.assert_shape(key_mask, (batch, length))
+            start = jnp.zeros((), jnp.int32)
+        else:
+            chex.assert_shape(key_mask, (batch, cache.k.shape[2]))
+            start = cache.index
+        mask = attention_mask(key_mask, length, start)
+        inv_freq = rope_inverse_frequencies(config)
+        lora_on = use_lora and self.lora_config is not None and len(self.layers.lora_a) > 0
+        lora_scale = self.lora_config.scale if self.lora_config is not None else 0.0
+
+        layers = self.layers
+        stacked = {
+            "input_norm": layers.input_norm[...],
+            "post_attention_norm": layers.post_attention_norm[...],
+            "weights": {name: w[...] for name, w in layers.weights.items()},
+            "biases": {name: b[...] for name, b in layers.biases.items()},
+            "lora_a": {name: a[...] for name, a in layers.lora_a.items()} if lora_on else {},
+            "lora_b": {name: b[...] for name, b in layers.lora_b.items()} if lora_on else {},
+        }
+        n_heads, n_kv, head_dim = config.num_attention_heads, config.num_key_value_heads, config.dim_per_head
+
+        def project(h, layer, name):
+            y = h @ layer["weights"][name].astype(dtype)
+            if name in layer["biases"]:
+                y = y + layer["biases"][name].astype(dtype)
+            if name in layer["lora_a"]:
+                a = layer["lora_a"][name].astype(dtype)
+                b = layer["lora_b"][name].astype(dtype)
+                y = y + ((h @ a) @ b) * jnp.asarray(lora_scale, dtype)
+            return y
+
+        def layer_step(x, xs):
+            layer, layer_cache = xs
+            h = rms_norm(x, layer["input_norm"], config.rms_norm_eps)
+            q = project(h, layer, "q_proj").reshape(batch, length, n_heads, head_dim)
+            k = project(h, layer, "k_proj").reshape(batch, length, n_kv, head_dim)
+            v = project(h, layer, "v_proj").reshape(batch, length, n_kv, head_dim)
+            q = apply_rope(q, positions, inv_freq)
+            k = apply_rope(k, positions, inv_freq)
+            if layer_cache is not None:
+                k_all, v_all = layer_cache
+                k_all = jax.lax.dynamic_update_slice(k_all, k.astype(k_all.dtype), (0, start, 0, 0))
+                v_all = jax.lax.dynamic_update_slice(v_all, v.astype(v_all.dtype), (0, start, 0, 0))
+                new_cache = (k_all, v_all)
+            else:
+                k_all, v_all = k, v
+                new_cache = None
+            attended = grouped_query_attention(q, k_all.astype(dtype), v_all.astype(dtype), mask)
+            x = x + project(attended.reshape(batch, length, n_heads * head_dim), layer, "o_proj")
+            h = rms_norm(x, layer["post_attention_norm"], config.rms_norm_eps)
+            gated = jax.nn.silu(project(h, layer, "gate_proj")) * project(h, layer, "up_proj")
+            x = x + project(gated, layer, "down_proj")
+            return x, new_cache
+
+        x = self.embed[...].astype(dtype)[tokens]
+        layer_caches = (cache.k, cache.v) if cache is not None else None
+        x, new_caches = jax.lax.scan(layer_step, x, (stacked, layer_caches))
+        hidden = rms_norm(x, self.final_norm[...], config.rms_norm_eps)
+        new_cache = None
+        if cache is not None:
+            new_cache = KVCache(new_caches[0], new_caches[1], cache.index + length)
+        logits = self.logits(hidden) if return_logits else None
+        return ModelOutput(logits, hidden, new_cache)
+
+    def logits(self, hidden: jax.Array) -> jax.Array:
+        """Output-layer logits `[..., V]` in float32 from final-norm hidden states."""
+        if self.lm_head is None:
+            head = self.embed[...].astype(self.dtype).T
+        else:
+            head = self.lm_head[...].astype(self.dtype)
+        return jnp.matmul(hidden, head, preferred_element_type=jnp.float32)
+
+
+def merge_lora(model: Llama) -> None:
+    """Folds the LoRA update into the base weights (W += scale * A @ B), in place.
+
+    Afterwards B is zero, so the adapters-on forward equals the merged base.
+    """
+    if model.lora_config is None:
+        return
+    scale = model.lora_config.scale
+    layers = model.layers
+    for name in list(layers.lora_a.keys()):
+        a, b = layers.lora_a[name][...], layers.lora_b[name][...]
+        w = layers.weights[name]
+        w[...] = (w[...] + scale * jnp.einsum("lir,lro->lio", a, b)).astype(w[...].dtype)
+        layers.lora_b[name][...] = jnp.zeros_like(b)
+
+
+def base_filter():
+    """The frozen base weights: every `nnx.Param` that is not a `nnx.LoRAParam`."""
+    return nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam))
