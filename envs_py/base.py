@@ -269,9 +269,23 @@ class VectorEnv:
         seed = _episode_seed(self.seed, i, self._episodes[i], self.num_envs)
         return self._workers[i].reset(seed)
 
-    def reset(self) -> list[Observation]:
-        """Resets every env (episode counters restart) and returns observations."""
-        self._episodes = [0] * self.num_envs
+    @property
+    def episode_counters(self) -> list[int]:
+        """How many episodes each env has finished (drives the reset seeds)."""
+        return list(self._episodes)
+
+    def reset(self, episode_counters: Sequence[int] | None = None) -> list[Observation]:
+        """Resets every env and returns observations.
+
+        Episode counters restart at 0, or at `episode_counters` (to resume a
+        run: each env starts the episode, and seed, it would have started next).
+        """
+        if episode_counters is None:
+            self._episodes = [0] * self.num_envs
+        else:
+            if len(episode_counters) != self.num_envs:
+                raise ValueError(f"expected {self.num_envs} episode counters, got {len(episode_counters)}")
+            self._episodes = [int(c) for c in episode_counters]
         return self._map(self._reset_one)
 
     def step(self, actions: Sequence[str]) -> list[StepResult]:

@@ -1,0 +1,28 @@
+"""Overcooked tomato salad (paper §6.1): gamma 0.99, actor lr 5e-7, critic lr 1e-5, 4 x 32, 40k steps.
+
+Other task: --config.env.name=overcooked/tomato_lettuce_salad
+"""
+
+import importlib.util
+import pathlib
+
+_spec = importlib.util.spec_from_file_location(
+    "poad_configs_load_base", pathlib.Path(__file__).with_name("_load_base.py")
+)
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+
+
+def get_config():
+    config = _module.base_config()
+    config.name = "overcooked"
+    config.env.name = "overcooked/tomato_salad"
+    config.prompt_format = "raw"
+    config.num_threads = 4
+    config.rollout_length = 32
+    config.total_env_steps = 40_000
+    config.sampling.temperature = 1.0
+    config.ppo.gamma = 0.99
+    config.ppo.actor_lr = 5e-7
+    config.ppo.critic_lr = 1e-5
+    return config

@@ -1,0 +1,29 @@
+"""VirtualHome food preparation (paper §6.1): gamma 0.95, actor lr 1e-6, critic lr 5e-5, 4 x 32, 6k steps.
+
+Other tasks: --config.env.name=virtualhome/entertainment (and the
+generalisation variants, for evaluation).
+"""
+
+import importlib.util
+import pathlib
+
+_spec = importlib.util.spec_from_file_location(
+    "poad_configs_load_base", pathlib.Path(__file__).with_name("_load_base.py")
+)
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+
+
+def get_config():
+    config = _module.base_config()
+    config.name = "virtualhome"
+    config.env.name = "virtualhome/food_preparation"
+    config.prompt_format = "raw"
+    config.num_threads = 4
+    config.rollout_length = 32
+    config.total_env_steps = 6_000
+    config.sampling.temperature = 1.0
+    config.ppo.gamma = 0.95
+    config.ppo.actor_lr = 1e-6
+    config.ppo.critic_lr = 5e-5
+    return config

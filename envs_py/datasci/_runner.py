@@ -1,0 +1,195 @@
+"""Sandbox runner: executed as `python -I _runner.py WORKDIR` in a fresh process.
+
+Never imported by the trainer.  It reads `WORKDIR/job.json` and
+`WORKDIR/data.npz`, applies the limits in the job, closes the network where
+the kernel allows, installs an audit hook that confines the candidate, runs
+the candidate's `build_model` on each split and writes the test-set
+probabilities to `WORKDIR/result.npz` plus a status to `WORKDIR/result.json`.
+The parent computes the scores; this process never sees a test label.
+"""
+
+import json
+import os
+import resource
+import sys
+import threading
+import traceback
+
+WORKDIR = os.path.realpath(sys.argv[1])
+JOB = json.load(open(os.path.join(WORKDIR, "job.json")))
+STATUS_FILE = os.path.join(WORKDIR, "result.json")
+
+
+def write_status(status):
+    with open(STATUS_FILE, "w") as handle:
+        json.dump(status, handle)
+
+
+def apply_limits(job):
+    limits = [
+        (resource.RLIMIT_CPU, job["cpu_seconds"]),
+        (resource.RLIMIT_AS, job["memory_bytes"]),
+        (resource.RLIMIT_FSIZE, job["file_bytes"]),
+        (resource.RLIMIT_NPROC, job["max_processes"]),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    for kind, value in limits:
+        soft, hard = resource.getrlimit(kind)
+        value = int(value)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(kind, (value, value))
+
+
+def isolate_network():
+    """Moves this process into an empty network namespace; returns True on success."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        clone_newuser, clone_newnet = 0x10000000, 0x40000000
+        for flags in (clone_newnet, clone_newuser | clone_newnet):
+            if libc.unshare(flags) == 0:
+                return True
+    except Exception:
+        pass
+    return False
+
+
+apply_limits(JOB)
+NETWORK_ISOLATED = isolate_network() if JOB["isolate_network"] else False
+
+# numpy loads the data before the audit hook; scikit-learn is imported by
+# the candidate itself (after the hook), so programs that fail early stay cheap.
+import numpy as np  # noqa: E402
+
+DATA = dict(np.load(os.path.join(WORKDIR, "data.npz")))
+CANDIDATE = open(os.path.join(WORKDIR, "candidate.py"), encoding="utf-8").read()
+
+
+# ---------------------------------------------------------------------------
+# Audit hook: confines Python-level file writes, processes, signals, sockets.
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+_BLOCKED_EVENTS = {
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
+    "os.kill", "os.killpg", "signal.pthread_kill", "subprocess.Popen", "pty.spawn",
+    "os.setuid", "os.setgid", "os.setsid",
+}
+_PATH_EVENTS = {  # event -> indices of path arguments that get written
+    "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1),
+    "os.chmod": (0,), "os.chown": (0,), "os.symlink": (1,), "os.link": (1,),
+    "os.truncate": (0,), "os.utime": (0,), "shutil.rmtree": (0,), "shutil.copyfile": (1,),
+    "shutil.copytree": (1,), "shutil.move": (0, 1), "os.chdir": (0,), "os.chroot": (0,),
+}
+_guard = threading.local()
+
+
+def _inside_workdir(path):
+    if isinstance(path, int):
+        return True  # an already-open descriptor
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    full = os.path.realpath(os.path.join(WORKDIR, os.fspath(path)))
+    return full == WORKDIR or full.startswith(WORKDIR + os.sep)
+
+
+def _private_proc_path(path):
+    """True for /proc/<pid>/... of another process (environ, memory, ...)."""
+    if isinstance(path, int):
+        return False
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    parts = os.path.realpath(os.fspath(path)).split(os.sep)
+    return len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and parts[2] != str(os.getpid())
+
+
+def audit(event, args):
+    if getattr(_guard, "busy", False):
+        return
+    _guard.busy = True
+    try:
+        if event in _BLOCKED_EVENTS or event.startswith("socket."):
+            raise PermissionError(f"sandbox: {event} is not allowed")
+        if event == "open":
+            path, mode, flags = args
+            writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & _WRITE_FLAGS
+            )
+            if writes and not _inside_workdir(path):
+                raise PermissionError(f"sandbox: writing {path!r} outside the working directory")
+            if _private_proc_path(path):
+                raise PermissionError(f"sandbox: reading {path!r} is not allowed")
+        elif event in _PATH_EVENTS:
+            for index in _PATH_EVENTS[event]:
+                if index < len(args) and args[index] is not None and not _inside_workdir(args[index]):
+                    raise PermissionError(f"sandbox: {event} outside the working directory")
+    finally:
+        _guard.busy = False
+
+
+class CappedStream:
+    """A text sink that raises once more than `limit` characters were written."""
+
+    def __init__(self, limit):
+        self.limit, self.count = limit, 0
+
+    def write(self, text):
+        self.count += len(text)
+        if self.count > self.limit:
+            raise OverflowError(f"output limit of {self.limit} characters exceeded")
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def class_probabilities(model, x_test, classes):
+    """Returns [n_test, len(classes)] probabilities aligned to `classes`."""
+    if not hasattr(model, "predict_proba"):
+        raise TypeError(
+            f"build_model returned {type(model).__name__}, not a fitted classifier with predict_proba"
+        )
+    proba = np.asarray(model.predict_proba(x_test), dtype=np.float64)
+    model_classes = list(getattr(model, "classes_", classes))
+    if proba.ndim != 2 or proba.shape != (len(x_test), len(model_classes)):
+        raise ValueError(f"predict_proba returned shape {proba.shape}, expected ({len(x_test)}, {len(model_classes)})")
+    aligned = np.zeros((len(x_test), len(classes)))
+    for column, label in enumerate(model_classes):
+        if label not in classes:
+            raise ValueError(f"model predicts unknown class {label!r}")
+        aligned[:, classes.index(label)] = proba[:, column]
+    return aligned
+
+
+def main():
+    classes = [int(c) for c in DATA["classes"]]
+    namespace = {"__name__": "candidate", "__builtins__": __builtins__}
+    sys.addaudithook(audit)
+    sys.stdout = sys.stderr = CappedStream(JOB["max_output_chars"])
+    results = {}
+    try:
+        exec(compile(CANDIDATE, "<candidate>", "exec"), namespace)
+        build_model = namespace.get("build_model")
+        if not callable(build_model):
+            raise NameError("the code does not define a function build_model(x_train, y_train)")
+        X = DATA["X"]
+        for split in range(int(DATA["num_splits"])):
+            train, test = DATA[f"train_{split}"], DATA[f"test_{split}"]
+            model = build_model(X[train].copy(), DATA[f"y_train_{split}"].copy())
+            results[f"proba_{split}"] = class_probabilities(model, X[test].copy(), classes)
+        status = {"ok": True}
+    except BaseException as error:  # SystemExit and KeyboardInterrupt included
+        sys.stdout = sys.stderr = sys.__stderr__
+        lines = traceback.format_exception(type(error), error, error.__traceback__)
+        kept = [line for line in lines if "_runner.py" not in line]
+        status = {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": "".join(kept)}
+    status["network_isolated"] = NETWORK_ISOLATED
+    if status["ok"]:
+        np.savez(os.path.join(WORKDIR, "result.npz"), **results)
+    write_status(status)
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown: candidate objects may misbehave in __del__
+
+
+main()

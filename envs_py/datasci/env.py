@@ -1,0 +1,96 @@
+"""The DataSciCoding environment: write `build_model`, get its ROC AUC.
+
+An episode is one dataset.  The observation asks for the body of
+`build_model(x_train, y_train)`; the action is free text (code).  Each step
+extracts a program from the text and runs it in the sandbox on 5 shuffled
+50/50 splits (random_state 0..4).  Success: reward = mean ROC AUC, episode
+done, `info["success"] = True`, `info["auc_per_split"]`.  Failure: reward
+`failure_reward` (-1), the next observation is a retry prompt with the
+truncated error and the previous code; the episode ends after
+`max_attempts` attempts.  Data is loaded when the env is made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from envs_py.base import Observation, StepAfterDoneError, StepResult
+from envs_py.datasci import prompts
+from envs_py.datasci.datasets import load_dataset
+from envs_py.datasci.extract import extract_program
+from envs_py.datasci.sandbox import SandboxLimits, evaluate_candidate, split_indices
+
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_FAILURE_REWARD = -1.0
+
+
+class DataSciEnv:
+    """`datasci/<dataset>`: free-form code actions scored by ROC AUC in a sandbox.
+
+    Args:
+      dataset: a name of `envs_py.datasci.DATASET_NAMES`.
+      template: "chat" (user message) or "plain" (completion prompt ending
+        with the build_model header).
+      max_attempts: attempts per episode before it ends in failure.
+      timeout_s: wall clock for one attempt (all 5 fits).
+      failure_reward: reward of a failed attempt.
+      data_dir: data directory (else $POAD_DATA_DIR, else the user cache).
+      limits: other sandbox limits; its wall_seconds is replaced by timeout_s.
+      error_chars / code_chars: truncation of the retry prompt's parts.
+    """
+
+    def __init__(self, dataset: str = "balance_scale", template: str = "chat",
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 failure_reward: float = DEFAULT_FAILURE_REWARD, data_dir=None,
+                 limits: SandboxLimits | None = None,
+                 error_chars: int = prompts.DEFAULT_ERROR_CHARS,
+                 code_chars: int = prompts.DEFAULT_CODE_CHARS):
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.dataset = dataset
+        self.template = prompts.check_template(template)
+        self.max_attempts = max_attempts
+        self.failure_reward = float(failure_reward)
+        self.limits = dataclasses.replace(limits or SandboxLimits(), wall_seconds=float(timeout_s))
+        self.error_chars, self.code_chars = error_chars, code_chars
+        self.X, self.y = load_dataset(dataset, data_dir)
+        self.splits = split_indices(len(self.y))
+        self._shape = (dataset, len(self.y), self.X.shape[1], len(np.unique(self.y)))
+        self._attempts = 0
+        self._done = True
+
+    def _first_observation(self) -> Observation:
+        return Observation(prompts.task_prompt(self.template, *self._shape))
+
+    def reset(self, seed: int | None = None) -> Observation:
+        """Starts an episode (the task is deterministic; `seed` is accepted for the API)."""
+        del seed
+        self._attempts = 0
+        self._done = False
+        return self._first_observation()
+
+    def step(self, action: str) -> StepResult:
+        """Runs the code in `action`; see the module docstring for rewards."""
+        if self._done:
+            raise StepAfterDoneError("episode is done; call reset() first")
+        self._attempts += 1
+        program = extract_program(action)
+        result = evaluate_candidate(program, self.X, self.y, self.limits, self.splits)
+        info = {"success": result.success, "attempt": self._attempts, "program": program,
+                "seconds": result.seconds, "network_isolated": result.network_isolated}
+        if result.success:
+            self._done = True
+            info["auc_per_split"] = result.auc_per_split
+            return StepResult(self._first_observation(), result.mean_auc, True, info)
+        info["error"] = result.error
+        self._done = self._attempts >= self.max_attempts
+        retry = prompts.retry_prompt(self.template, *self._shape, previous_code=program,
+                                     error=result.error, error_chars=self.error_chars,
+                                     code_chars=self.code_chars)
+        return StepResult(Observation(retry), self.failure_reward, self._done, info)
+
+    def close(self) -> None:
+        """Nothing to release: each attempt's process is gone when step returns."""

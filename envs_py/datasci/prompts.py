@@ -1,0 +1,84 @@
+"""Prompt templates of DataSciCoding: the task, and the retry after a failure.
+
+Two templates:
+  "chat": the user message for an instruct model (the trainer applies the
+    tokenizer's chat template); the model answers with code.
+  "plain": a complete completion prompt for a base model; it ends with the
+    header `def build_model(x_train, y_train):\n`, so the model writes the body.
+
+The prompt names the dataset and the data shape and nothing else (paper §5).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+TEMPLATES = ("chat", "plain")
+FUNCTION_HEADER = "def build_model(x_train, y_train):\n"
+# Imports the plain prompt shows above the header; every extracted program
+# starts with them too, so code that relies on them runs.
+PRELUDE = "import numpy as np\nimport sklearn\n"
+DEFAULT_ERROR_CHARS = 600
+DEFAULT_CODE_CHARS = 2000
+COMMENT_WIDTH = 78
+
+
+class TemplateError(ValueError):
+    """An unknown prompt template name."""
+
+
+def check_template(template: str) -> str:
+    """Returns `template` if it is known, else raises TemplateError."""
+    if template not in TEMPLATES:
+        raise TemplateError(f"unknown template {template!r}; choose one of {', '.join(TEMPLATES)}")
+    return template
+
+
+def truncate(text: str, max_chars: int) -> str:
+    """Returns `text` cut to at most `max_chars` characters, keeping its end."""
+    text = text.strip()
+    if len(text) <= max_chars:
+        return text
+    return "..." + text[len(text) - max_chars + 3:]
+
+
+def task_description(dataset: str, num_rows: int, num_features: int, num_classes: int) -> str:
+    """Returns the one-paragraph task statement shared by both templates."""
+    return (
+        f"Dataset: {dataset}. x_train is a NumPy float array with {num_features} feature columns "
+        f"(the full table has {num_rows} rows; the model is trained on half of them), and y_train holds "
+        f"integer class labels ({num_classes} classes). Write the body of the Python function "
+        "`build_model(x_train, y_train)` that returns a fitted scikit-learn classifier with "
+        "predict_proba. It is scored by ROC AUC on held-out rows."
+    )
+
+
+def task_prompt(template: str, dataset: str, num_rows: int, num_features: int, num_classes: int) -> str:
+    """Returns the first observation text of an episode."""
+    description = task_description(dataset, num_rows, num_features, num_classes)
+    if check_template(template) == "chat":
+        return description + "\nAnswer with Python code only."
+    return _plain_prompt(description)
+
+
+def retry_prompt(template: str, dataset: str, num_rows: int, num_features: int, num_classes: int,
+                 previous_code: str, error: str, error_chars: int = DEFAULT_ERROR_CHARS,
+                 code_chars: int = DEFAULT_CODE_CHARS) -> str:
+    """Returns the observation after a failed attempt: the task, the code, the error."""
+    description = task_description(dataset, num_rows, num_features, num_classes)
+    code = truncate(previous_code, code_chars)
+    message = truncate(error, error_chars)
+    if check_template(template) == "chat":
+        return (
+            f"{description}\nYour previous code failed.\nPrevious code:\n```python\n{code}\n```\n"
+            f"Error:\n{message}\nWrite a corrected version. Answer with Python code only."
+        )
+    commented = "\n".join("# " + line for line in (
+        ["Previous attempt:"] + code.splitlines() + ["It failed with:"] + message.splitlines()
+    ))
+    return _plain_prompt(description + "\n", commented + "\n")
+
+
+def _plain_prompt(description: str, extra: str = "") -> str:
+    comment = "\n".join("# " + line for line in textwrap.wrap(description, COMMENT_WIDTH))
+    return f"{comment}\n{extra}{PRELUDE}\n\n{FUNCTION_HEADER}"

@@ -1,0 +1,302 @@
+"""One jit-compiled PPO update for POAD, NTPO and TWOSOME.
+
+The whole update is one compiled call (PureJaxRL style), top to bottom:
+
+1. Advantages: the rollout's behaviour values and rewards are laid out as
+   per-thread streams (one element per action token for POAD/NTPO, one per
+   action for TWOSOME), discounts come from the method (`methods.py`), and
+   `backups.token_gae` runs one reverse scan.
+2. `epochs x minibatches` nested `lax.scan`: each minibatch normalises its
+   advantages over its valid tokens, accumulates gradients over
+   `accumulation_steps` micro-batches (bounding activation memory), computes
+   the clipped policy loss (token mean), clipped value loss, entropy bonus and
+   approximate KL; a minibatch whose KL exceeds `target_kl` is skipped (no
+   parameter or optimiser change), otherwise gradients are clipped by global
+   norm and applied by separate actor and critic Adam optimisers.
+
+The frozen base is an argument (never a closed-over constant) and the train
+state is donated, so the update runs in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+from poad_jax import backups, losses
+from poad_jax.methods import Method
+from poad_jax.policy import (
+    FrozenBase,
+    PolicyGraph,
+    action_logprobs,
+    base_features,
+    head_values,
+)
+from poad_jax.token_batch import TokenBatch, action_streams, token_streams
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """PPO hyper-parameters (defaults: the paper's, DESIGN.md §5)."""
+
+    gamma: float = 0.95
+    lam: float = 0.95
+    clip_eps: float = 0.2
+    value_clip_eps: float = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.01
+    max_grad_norm: float = 0.5
+    target_kl: float = 0.02
+    epochs: int = 1
+    num_minibatches: int = 4
+    accumulation_steps: int = 1
+    actor_lr: float = 1e-6
+    critic_lr: float = 5e-5
+    adam_eps: float = 1e-5
+    temperature: float = 1.0
+    normalize_advantages: bool = True
+    critic_kind: str = "head"  # "head" (frozen-base features) or "lora"
+
+    def validate(self, num_rows: int) -> None:
+        if num_rows % (self.num_minibatches * self.accumulation_steps):
+            raise ValueError(
+                f"rows per update ({num_rows}) must be divisible by num_minibatches x "
+                f"accumulation_steps ({self.num_minibatches} x {self.accumulation_steps})"
+            )
+        if self.critic_kind not in ("head", "lora"):
+            raise ValueError(f"critic_kind must be 'head' or 'lora', got {self.critic_kind!r}")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class TrainState:
+    """Everything the update changes: params, optimiser states, RNG, counters."""
+
+    params: dict[str, Any]  # {"actor": LoRA state, "head": head state[, "critic_lora": ...]}
+    actor_opt_state: Any
+    critic_opt_state: Any
+    rng: jax.Array
+    update_step: jax.Array  # int32 scalar
+
+
+def make_optimizers(config: LearnerConfig) -> tuple[optax.GradientTransformation, optax.GradientTransformation]:
+    """Actor and critic optimisers: clip by global norm, then Adam(eps)."""
+    def chain(lr):
+        return optax.chain(
+            optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=config.adam_eps)
+        )
+
+    return chain(config.actor_lr), chain(config.critic_lr)
+
+
+def critic_params(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k != "actor"}
+
+
+def init_train_state(params: dict[str, Any], config: LearnerConfig, rng: jax.Array) -> TrainState:
+    actor_opt, critic_opt = make_optimizers(config)
+    return TrainState(
+        params=params,
+        actor_opt_state=actor_opt.init(params["actor"]),
+        critic_opt_state=critic_opt.init(critic_params(params)),
+        rng=rng,
+        update_step=jnp.zeros((), jnp.int32),
+    )
+
+
+def compute_advantages(batch: TokenBatch, method: Method, config: LearnerConfig):
+    """GAE advantages and returns in the batch's row layout, plus the stream mask.
+
+    Token level: `[N, A]`; action level: `[N]`.
+    """
+    streams = token_streams(batch) if method.token_level else action_streams(batch)
+    gamma_w = method.gamma_w if method.token_level else 1.0
+    discounts = backups.action_discounts(
+        streams["action_end"], streams["dones"], config.gamma, gamma_w
+    )
+    advantages, returns = backups.token_gae(
+        streams["rewards"],
+        streams["values"],
+        discounts,
+        streams["valid"],
+        batch.bootstrap_value,
+        config.lam,
+    )
+    shape = batch.old_values.shape
+    return advantages.reshape(shape), returns.reshape(shape)
+
+
+def policy_outputs(
+    graph: PolicyGraph,
+    frozen: FrozenBase,
+    params: dict[str, Any],
+    batch: TokenBatch,
+    method: Method,
+    config: LearnerConfig,
+):
+    """(logprobs, entropy, values, mask) of the current params on `batch` rows.
+
+    Token level: per action token `[n, A]`.  Action level (TWOSOME): the
+    policy is the softmax over the K candidates of their summed token
+    log-probs divided by the normaliser (token or word count); log-prob,
+    entropy and value are per action `[n]`.
+    """
+    prompt_len = batch.prompt_len
+    if method.token_level:
+        logprobs, entropy = action_logprobs(
+            graph, frozen, params["actor"], batch.tokens, batch.positions, batch.key_mask,
+            prompt_len, config.temperature, batch.allowed_tokens, batch.allowed_mask,
+        )
+        if config.critic_kind == "lora":
+            features = base_features(
+                graph, frozen, params["critic_lora"], batch.tokens, batch.positions,
+                batch.key_mask, prompt_len, use_lora=True,
+            )
+        else:
+            features = batch.features
+        values = head_values(graph, params["head"], features)
+        return logprobs, entropy, values, batch.action_mask
+
+    rows, candidates, length = batch.tokens.shape
+    flat = lambda x: x.reshape(rows * candidates, *x.shape[2:])
+    token_logprobs, _ = action_logprobs(
+        graph, frozen, params["actor"], flat(batch.tokens), flat(batch.positions),
+        flat(batch.key_mask), prompt_len, 1.0,
+    )
+    token_logprobs = token_logprobs.reshape(rows, candidates, -1)
+    scores = jnp.sum(jnp.where(batch.action_mask, token_logprobs, 0.0), axis=-1) / batch.normalizer
+    scores = jnp.where(batch.candidate_mask, scores, -jnp.inf)
+    log_pi = jax.nn.log_softmax(scores, axis=-1)
+    log_pi = jnp.where(batch.candidate_mask, log_pi, 0.0)
+    logprobs = jnp.take_along_axis(log_pi, batch.chosen[:, None], axis=-1)[:, 0]
+    entropy = -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)
+    if config.critic_kind == "lora":
+        features = base_features(
+            graph, frozen, params["critic_lora"], batch.tokens[:, 0], batch.positions[:, 0],
+            batch.key_mask[:, 0], prompt_len, use_lora=True,
+        )[:, 0]
+    else:
+        features = batch.features
+    values = head_values(graph, params["head"], features)
+    return logprobs, entropy, values, jnp.ones((rows,), bool)
+
+
+def _take_rows(tree, index):
+    return jax.tree.map(lambda x: jnp.take(x, index, axis=0), tree)
+
+
+def make_update_fn(
+    graph: PolicyGraph, method: Method, config: LearnerConfig
+) -> tuple[Callable[[TrainState, FrozenBase, TokenBatch], tuple[TrainState, dict]], Callable[[], int]]:
+    """Builds the jit-compiled update `(state, frozen, batch) -> (state, metrics)`.
+
+    Returns the update function and a function giving its compile count.
+    """
+    actor_opt, critic_opt = make_optimizers(config)
+    traces = {"count": 0}
+
+    def minibatch_loss(params, frozen, mb: TokenBatch, advantages, returns, weight):
+        logprobs, entropy, values, mask = policy_outputs(graph, frozen, params, mb, method, config)
+        policy_loss = losses.clipped_policy_loss(
+            logprobs, mb.old_logprobs, advantages, mask, config.clip_eps
+        )
+        value_loss = losses.clipped_value_loss(
+            values, mb.old_values, returns, mask, config.value_clip_eps
+        )
+        entropy_mean = losses.masked_mean(entropy, mask)
+        loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy_mean
+        stats = {
+            "policy_loss": policy_loss,
+            "value_loss": value_loss,
+            "entropy": entropy_mean,
+            "approx_kl": losses.approx_kl(logprobs, mb.old_logprobs, mask),
+            "clip_fraction": losses.clip_fraction(logprobs, mb.old_logprobs, mask, config.clip_eps),
+        }
+        return loss * weight, jax.tree.map(lambda x: x * weight, stats)
+
+    grad_fn = jax.value_and_grad(minibatch_loss, has_aux=True)
+
+    def minibatch_step(carry, minibatch_index, frozen, batch, advantages, returns):
+        state = carry
+        mb = _take_rows(batch, minibatch_index)
+        mb_adv = _take_rows(advantages, minibatch_index)
+        mb_ret = _take_rows(returns, minibatch_index)
+        mask = mb.action_mask if method.token_level else jnp.ones(mb.rewards.shape, bool)
+        if config.normalize_advantages:
+            mb_adv = losses.normalize_advantages(mb_adv, mask)
+        micro = config.accumulation_steps
+        micro_rows = minibatch_index.shape[0] // micro
+        micro_index = jnp.arange(minibatch_index.shape[0]).reshape(micro, micro_rows)
+        counts = jnp.sum(mask.reshape(micro, -1), axis=-1).astype(jnp.float32)
+        weights = counts / jnp.maximum(jnp.sum(counts), 1.0)
+
+        def accumulate(acc, inputs):
+            index, weight = inputs
+            (loss, stats), grads = grad_fn(
+                state.params, frozen, _take_rows(mb, index), _take_rows(mb_adv, index),
+                _take_rows(mb_ret, index), weight,
+            )
+            acc = jax.tree.map(jnp.add, acc, (loss, stats, grads))
+            return acc, None
+
+        zeros = jax.tree.map(jnp.zeros_like, (jnp.zeros(()), _stats_template(), state.params))
+        (loss, stats, grads), _ = jax.lax.scan(accumulate, zeros, (micro_index, weights))
+
+        actor_grads = grads["actor"]
+        critic_grads = critic_params(grads)
+        actor_updates, actor_opt_state = actor_opt.update(actor_grads, state.actor_opt_state, state.params["actor"])
+        critic_updates, critic_opt_state = critic_opt.update(
+            critic_grads, state.critic_opt_state, critic_params(state.params)
+        )
+        skip = stats["approx_kl"] > config.target_kl
+        new_params = dict(state.params)
+        new_params["actor"] = optax.apply_updates(state.params["actor"], actor_updates)
+        new_params.update(optax.apply_updates(critic_params(state.params), critic_updates))
+        updated = dataclasses.replace(
+            state, params=new_params, actor_opt_state=actor_opt_state, critic_opt_state=critic_opt_state
+        )
+        new_state = jax.tree.map(lambda old, new: jnp.where(skip, old, new), state, updated)
+        stats = dict(
+            stats,
+            loss=loss,
+            actor_grad_norm=optax.global_norm(actor_grads),
+            critic_grad_norm=optax.global_norm(critic_grads),
+            skipped=skip.astype(jnp.float32),
+        )
+        return new_state, stats
+
+    def update(state: TrainState, frozen: FrozenBase, batch: TokenBatch):
+        traces["count"] += 1  # runs at trace time only: counts compilations
+        num_rows = batch.num_rows
+        config.validate(num_rows)
+        advantages, returns = compute_advantages(batch, method, config)
+        value_mask = batch.action_mask if method.token_level else jnp.ones((num_rows,), bool)
+
+        def epoch(state, _):
+            rng, perm_rng = jax.random.split(state.rng)
+            state = dataclasses.replace(state, rng=rng)
+            order = jax.random.permutation(perm_rng, num_rows).reshape(config.num_minibatches, -1)
+            step = lambda carry, index: minibatch_step(carry, index, frozen, batch, advantages, returns)
+            return jax.lax.scan(step, state, order)
+
+        state, stats = jax.lax.scan(epoch, state, None, length=config.epochs)
+        metrics = jax.tree.map(jnp.mean, stats)
+        metrics["skipped_minibatches"] = jnp.sum(stats["skipped"])
+        metrics["explained_variance"] = losses.explained_variance(batch.old_values, returns, value_mask)
+        metrics["advantage_mean"] = losses.masked_mean(advantages, value_mask)
+        metrics["return_mean"] = losses.masked_mean(returns, value_mask)
+        state = dataclasses.replace(state, update_step=state.update_step + 1)
+        return state, metrics
+
+    jitted = jax.jit(update, donate_argnums=(0,))
+    return jitted, lambda: traces["count"]
+
+
+def _stats_template() -> dict[str, jax.Array]:
+    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+    return {name: jnp.zeros(()) for name in names}

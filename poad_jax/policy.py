@@ -1,0 +1,174 @@
+"""Actor and critic over one frozen base model.
+
+- Actor: the frozen base plus the actor's LoRA adapters (`nnx.LoRAParam`).
+- Critic ("head", the paper's): an MLP `hidden -> 1024 -> 512 -> 1` (ReLU) over
+  the frozen base's final hidden states with adapters off; only the head
+  trains, so its input features can be computed once per rollout.
+- Critic ("lora"): the same frozen base with a second LoRA state (the actor's
+  graph merged with other adapter weights) plus the MLP head.
+
+One base state lives in memory: the model is split once into
+`(graphdef, base, actor_lora, rest)` and every forward pass merges the base
+with whichever LoRA state it needs (`nnx.merge`), inside `jax.jit`.
+
+Positions convention of a TokenBatch row (DESIGN.md §3): the prompt is left
+padded to P columns and the action occupies columns [P, P + A).  The log-prob
+of action token j reads the logits at column P + j - 1, and the value
+V(o, w^{<j}) reads the hidden state at the same column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from poad_jax.models.llama import Llama, base_filter
+
+
+class ValueHead(nnx.Module):
+    """V = w3 relu(W2 relu(W1 h + b1) + b2) + b3, the paper's critic head."""
+
+    def __init__(self, hidden_size: int, sizes: tuple[int, ...] = (1024, 512), *, rngs: nnx.Rngs):
+        dims = (hidden_size, *sizes)
+        self.hidden_layers = nnx.List(
+            [nnx.Linear(a, b, rngs=rngs) for a, b in zip(dims[:-1], dims[1:])]
+        )
+        self.out = nnx.Linear(dims[-1], 1, kernel_init=nnx.initializers.zeros_init(), rngs=rngs)
+
+    def __call__(self, features: jax.Array) -> jax.Array:
+        x = features.astype(jnp.float32)
+        for layer in self.hidden_layers:
+            x = jax.nn.relu(layer(x))
+        return self.out(x)[..., 0]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PolicyGraph:
+    """Static parts: the model's and the head's graph definitions.
+
+    Compared and hashed by identity (NNX graph definitions holding dict
+    metadata are not hashable), so it can be a static jit argument: one
+    PolicyGraph per run, one compilation per shape.
+    """
+
+    model_graphdef: Any
+    head_graphdef: Any
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class FrozenBase:
+    """The frozen base weights (and the model's non-parameter state)."""
+
+    base: Any
+    rest: Any
+
+
+def split_policy(model: Llama, head: ValueHead) -> tuple[PolicyGraph, FrozenBase, dict[str, Any]]:
+    """Splits model + head into static graph, frozen base, trainable params.
+
+    Trainable params: {"actor": actor LoRA state, "head": head state}.
+    """
+    model_graphdef, base, actor_lora, rest = nnx.split(model, base_filter(), nnx.LoRAParam, ...)
+    head_graphdef, head_state = nnx.split(head)
+    graph = PolicyGraph(model_graphdef, head_graphdef)
+    return graph, FrozenBase(base, rest), {"actor": actor_lora, "head": head_state}
+
+
+def merge_model(graph: PolicyGraph, frozen: FrozenBase, lora) -> Llama:
+    return nnx.merge(graph.model_graphdef, frozen.base, lora, frozen.rest)
+
+
+def action_window(x: jax.Array, prompt_len: int, action_len: int) -> jax.Array:
+    """Columns [P - 1, P - 1 + A) of `x [N, L, ...]`: the positions that predict actions."""
+    return jax.lax.slice_in_dim(x, prompt_len - 1, prompt_len - 1 + action_len, axis=1)
+
+
+def token_logprobs_and_entropy(
+    logits: jax.Array, tokens: jax.Array, allowed_tokens: jax.Array | None, allowed_mask: jax.Array | None
+) -> tuple[jax.Array, jax.Array]:
+    """log pi(token) and entropy of pi at each position, `logits [N, A, V]`.
+
+    Unconstrained positions: pi = softmax(logits) over the full vocabulary.
+    Constrained positions (restricted action sets, trie decoding), where
+    `allowed_mask[n, j]` has any True: pi is the softmax restricted to the
+    allowed token ids `allowed_tokens[n, j, :M]`,
+        log pi(w) = logit(w) - logsumexp_{v allowed} logit(v),
+    the distribution the trie sampler draws from (a forced token has log pi 0).
+    """
+    logp_full = jax.nn.log_softmax(logits, axis=-1)
+    logprobs = jnp.take_along_axis(logp_full, tokens[..., None], axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(logp_full) * logp_full, axis=-1)
+    if allowed_tokens is None:
+        return logprobs, entropy
+    constrained = jnp.any(allowed_mask, axis=-1)
+    allowed_logits = jnp.take_along_axis(logits, allowed_tokens, axis=-1)
+    allowed_logits = jnp.where(allowed_mask, allowed_logits, -jnp.inf)
+    log_normalizer = jax.nn.logsumexp(allowed_logits, axis=-1)
+    chosen_logits = jnp.take_along_axis(logits, tokens[..., None], axis=-1)[..., 0]
+    constrained_logp = jnp.where(allowed_mask, allowed_logits - log_normalizer[..., None], 0.0)
+    constrained_entropy = -jnp.sum(jnp.where(allowed_mask, jnp.exp(constrained_logp) * constrained_logp, 0.0), -1)
+    logprobs = jnp.where(constrained, chosen_logits - jnp.where(constrained, log_normalizer, 0.0), logprobs)
+    entropy = jnp.where(constrained, constrained_entropy, entropy)
+    return logprobs, entropy
+
+
+def action_logprobs(
+    graph: PolicyGraph,
+    frozen: FrozenBase,
+    actor_lora,
+    tokens: jax.Array,
+    positions: jax.Array,
+    key_mask: jax.Array,
+    prompt_len: int,
+    temperature: float,
+    allowed_tokens: jax.Array | None = None,
+    allowed_mask: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """log pi(w_j | o, w^{<j}) and the policy's entropy at each action column.
+
+    The policy is softmax(logits / temperature), the distribution the sampler
+    draws from, restricted to the allowed tokens where `allowed_mask` says so
+    (see `token_logprobs_and_entropy`).  Returns `(logprobs [N, A], entropy [N, A])`.
+    """
+    num_rows, length = tokens.shape
+    action_len = length - prompt_len
+    model = merge_model(graph, frozen, actor_lora)
+    hidden = model(tokens, positions, key_mask, use_lora=True, return_logits=False).hidden
+    logits = model.logits(action_window(hidden, prompt_len, action_len)) / temperature
+    logprobs, entropy = token_logprobs_and_entropy(logits, tokens[:, prompt_len:], allowed_tokens, allowed_mask)
+    chex.assert_shape([logprobs, entropy], (num_rows, action_len))
+    return logprobs, entropy
+
+
+def base_features(
+    graph: PolicyGraph,
+    frozen: FrozenBase,
+    lora,
+    tokens: jax.Array,
+    positions: jax.Array,
+    key_mask: jax.Array,
+    prompt_len: int,
+    use_lora: bool = False,
+) -> jax.Array:
+    """Final hidden states `[N, A, H]` at the action-predicting columns.
+
+    With `use_lora=False` this is the frozen base with adapters off (the
+    paper's critic input; `lora` is any LoRA state of the model, unused); with
+    `use_lora=True` it is the forward with the given (critic) LoRA state.
+    """
+    action_len = tokens.shape[1] - prompt_len
+    model = merge_model(graph, frozen, lora)
+    hidden = model(tokens, positions, key_mask, use_lora=use_lora, return_logits=False).hidden
+    return action_window(hidden, prompt_len, action_len)
+
+
+def head_values(graph: PolicyGraph, head_state, features: jax.Array) -> jax.Array:
+    """V(features): `[..., H] -> [...]`."""
+    head = nnx.merge(graph.head_graphdef, head_state)
+    return head(features)

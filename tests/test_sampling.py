@@ -1,0 +1,395 @@
+"""Tests for poad_jax.sampling: cached decoding agrees with training-style full
+forward passes (so PPO's first ratio is 1), masks agree with NumPy references,
+constrained decoding stays inside the trie, and shapes bucket compilations."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from poad_jax.models.llama import Llama, LlamaConfig, LoraConfig
+from poad_jax.sampling import (
+    ActionScores,
+    Sampler,
+    SamplingConfig,
+    build_action_tries,
+    bucket_size,
+    sample_tokens,
+    top_k_mask,
+    top_p_mask,
+)
+
+VOCAB = 48
+CONFIG = LlamaConfig(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rope_theta=10000.0,
+)
+PROMPTS = [[3, 7, 1, 9, 12], [5, 2], [8, 8, 4, 30, 21, 17, 40, 2, 6]]
+
+
+def make_model(seed: int = 0) -> Llama:
+    """Tiny random model with non-zero LoRA B (so adapters matter), logits scaled
+    up so distributions are far from uniform."""
+    model = Llama(CONFIG, lora=LoraConfig(rank=4, alpha=8.0), rngs=nnx.Rngs(seed))
+    rng = np.random.default_rng(seed)
+    for name in model.layers.lora_b.keys():
+        b = model.layers.lora_b[name]
+        b[...] = jnp.asarray(rng.normal(0, 0.05, b[...].shape), jnp.float32)
+    model.embed[...] = model.embed[...] * 4.0
+    return model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return make_model()
+
+
+@pytest.fixture(scope="module")
+def sampler():
+    return Sampler(batch_buckets=(1, 2, 4), prompt_buckets=(8, 16))
+
+
+FULL_LENGTH = 64  # right padding is invisible to earlier positions (causal)
+
+
+@nnx.jit
+def _full_forward(model, tokens):
+    positions = jnp.arange(tokens.shape[1])[None]
+    return model(tokens, positions, jnp.ones(tokens.shape, bool)).logits[0]
+
+
+def full_forward_logits(model, tokens) -> np.ndarray:
+    """Training-style forward (no cache, no left padding): logits `[T, V]`."""
+    padded = np.zeros((1, FULL_LENGTH), np.int32)
+    padded[0, : len(tokens)] = tokens
+    return np.asarray(_full_forward(model, jnp.asarray(padded)), np.float64)[: len(tokens)]
+
+
+def np_log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+class FakeTokenizer:
+    """Token i decodes to 't<i> '; id 0 is EOS."""
+
+    eos_token_ids = (0,)
+    pad_token_id = 0
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(f"t{i} " for i in ids)
+
+
+# ---------------------------------------------------------------------------
+# Log-prob parity with a full forward pass.
+
+
+def test_sampled_logprobs_equal_full_forward_tempered_log_softmax(model, sampler):
+    temperature = 0.7
+    config = SamplingConfig(temperature=temperature, max_new_tokens=12)
+    gen = sampler.generate(model, PROMPTS, jax.random.key(3), config)
+    for prompt, tokens, logprobs in zip(PROMPTS, gen.tokens, gen.logprobs):
+        assert tokens.dtype == np.int32 and logprobs.dtype == np.float32
+        assert len(tokens) == len(logprobs) == 12
+        logits = full_forward_logits(model, prompt + tokens.tolist())
+        reference = np_log_softmax(logits / temperature)
+        expected = reference[np.arange(len(prompt) - 1, len(prompt) + 11), tokens]
+        np.testing.assert_allclose(logprobs, expected, atol=2e-5, rtol=0)
+    assert gen.finish_reasons == ["length"] * 3
+
+
+def test_greedy_with_cache_equals_argmax_of_repeated_full_forwards(model, sampler):
+    gen = sampler.generate(model, PROMPTS, jax.random.key(0), SamplingConfig(temperature=0, max_new_tokens=10))
+    for prompt, tokens, logprobs in zip(PROMPTS, gen.tokens, gen.logprobs):
+        sequence = list(prompt)
+        expected_lp = []
+        for _ in range(10):
+            logits = full_forward_logits(model, sequence)[-1]
+            sequence.append(int(np.argmax(logits)))
+            expected_lp.append(np_log_softmax(logits)[sequence[-1]])
+        assert tokens.tolist() == sequence[len(prompt):]
+        np.testing.assert_allclose(logprobs, expected_lp, atol=2e-5)
+
+
+def test_left_padded_batch_gives_each_row_the_result_of_its_prompt_alone(model, sampler):
+    greedy = SamplingConfig(temperature=0, max_new_tokens=8)
+    batched = sampler.generate(model, PROMPTS, jax.random.key(0), greedy)
+    for b, prompt in enumerate(PROMPTS):
+        alone = sampler.generate(model, [prompt], jax.random.key(0), greedy)
+        assert alone.tokens[0].tolist() == batched.tokens[b].tolist()
+        np.testing.assert_allclose(alone.logprobs[0], batched.logprobs[b], atol=1e-5)
+    # Sampling keys are per row, so row 0 does not depend on the other rows.
+    sampled = SamplingConfig(temperature=1.0, max_new_tokens=8)
+    batched = sampler.generate(model, PROMPTS, jax.random.key(5), sampled)
+    alone = sampler.generate(model, PROMPTS[:1], jax.random.key(5), sampled)
+    assert alone.tokens[0].tolist() == batched.tokens[0].tolist()
+    np.testing.assert_allclose(alone.logprobs[0], batched.logprobs[0], atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# Top-k / top-p.
+
+
+def np_top_k_mask(logits, k):
+    kth = np.sort(logits, axis=-1)[:, -k][:, None]
+    return logits >= kth
+
+
+def np_top_p_mask(logits, p):
+    mask = np.zeros(logits.shape, bool)
+    for b, row in enumerate(logits):
+        probs = np.exp(row - row.max())
+        probs /= probs.sum()
+        order = sorted(range(len(row)), key=lambda i: (-row[i], i))
+        mass = 0.0
+        for i in order:
+            if mass >= p:
+                break
+            mask[b, i] = True
+            mass += probs[i]
+    return mask
+
+
+def test_top_k_and_top_p_masks_match_numpy():
+    logits = np.random.default_rng(0).normal(0, 2, (5, 40)).astype(np.float32)
+    logits[0, :4] = 3.0  # ties
+    for k in (1, 3, 7):
+        np.testing.assert_array_equal(np.asarray(top_k_mask(jnp.asarray(logits), k)), np_top_k_mask(logits, k))
+    assert np.asarray(top_k_mask(jnp.asarray(logits), 0)).all()
+    for p in (0.05, 0.5, 0.9, 0.99):
+        np.testing.assert_array_equal(np.asarray(top_p_mask(jnp.asarray(logits), p)), np_top_p_mask(logits, p))
+
+
+def test_sample_tokens_records_logprob_of_renormalised_masked_distribution():
+    logits = np.random.default_rng(1).normal(0, 2, (4, 40)).astype(np.float32)
+    temperature, k, p = 0.8, 10, 0.7
+    keys = jax.random.split(jax.random.key(0), 4)
+    tokens, logprobs = sample_tokens(jnp.asarray(logits), keys, temperature, k, p)
+    scaled = logits / temperature
+    keep = np_top_k_mask(scaled, k)
+    keep &= np_top_p_mask(np.where(keep, scaled, -np.inf), p)
+    reference = np_log_softmax(np.where(keep, scaled, -np.inf))
+    tokens = np.asarray(tokens)
+    assert keep[np.arange(4), tokens].all()
+    np.testing.assert_allclose(np.asarray(logprobs), reference[np.arange(4), tokens], atol=1e-5)
+
+
+def test_generate_with_top_k_top_p_stays_in_the_nucleus(model, sampler):
+    temperature, k, p = 1.3, 5, 0.8
+    config = SamplingConfig(temperature=temperature, top_k=k, top_p=p, max_new_tokens=6)
+    gen = sampler.generate(model, PROMPTS, jax.random.key(11), config)
+    for prompt, tokens, logprobs in zip(PROMPTS, gen.tokens, gen.logprobs):
+        logits = full_forward_logits(model, prompt + tokens.tolist())[len(prompt) - 1 : -1] / temperature
+        keep = np_top_k_mask(logits, k)
+        keep &= np_top_p_mask(np.where(keep, logits, -np.inf), p)
+        reference = np_log_softmax(np.where(keep, logits, -np.inf))
+        assert keep[np.arange(6), tokens].all()
+        np.testing.assert_allclose(logprobs, reference[np.arange(6), tokens], atol=2e-5)
+
+
+# ---------------------------------------------------------------------------
+# Stopping.
+
+
+def test_stop_token_ends_row_and_is_kept(model, sampler):
+    free = sampler.generate(model, PROMPTS, jax.random.key(0), SamplingConfig(temperature=0, max_new_tokens=10))
+    stop = int(free.tokens[0][3])
+    first = int(np.flatnonzero(free.tokens[0] == stop)[0])
+    config = SamplingConfig(temperature=0, max_new_tokens=10, stop_token_ids=(stop,))
+    gen = sampler.generate(model, PROMPTS, jax.random.key(0), config)
+    assert gen.tokens[0].tolist() == free.tokens[0][: first + 1].tolist()
+    assert gen.finish_reasons[0] == "stop_token"
+    np.testing.assert_allclose(gen.logprobs[0], free.logprobs[0][: first + 1], atol=1e-6)
+    for b in (1, 2):
+        hit = np.flatnonzero(free.tokens[b] == stop)
+        n = int(hit[0]) + 1 if len(hit) else 10
+        assert gen.tokens[b].tolist() == free.tokens[b][:n].tolist()
+        assert gen.finish_reasons[b] == ("stop_token" if len(hit) else "length")
+    np.testing.assert_array_equal(gen.lengths, [len(t) for t in gen.tokens])
+
+
+def test_stop_string_truncates_at_first_token_containing_it(model):
+    sampler = Sampler(batch_buckets=(4,), prompt_buckets=(16,))
+    tokenizer = FakeTokenizer()
+    base = SamplingConfig(temperature=0, max_new_tokens=40, stop_token_ids=(47,))
+    free = sampler.generate(model, PROMPTS, jax.random.key(0), base, tokenizer=tokenizer)
+    target = int(free.tokens[1][20])  # lies in the second decode chunk
+    first = int(np.flatnonzero(free.tokens[1] == target)[0])
+    stop_string = f"t{target} "
+    config = SamplingConfig(temperature=0, max_new_tokens=40, stop_token_ids=(47,), stop_strings=(stop_string,))
+    gen = sampler.generate(model, PROMPTS, jax.random.key(0), config, tokenizer=tokenizer)
+    assert gen.tokens[1].tolist() == free.tokens[1][: first + 1].tolist()
+    assert gen.finish_reasons[1] == "stop_string"
+    assert gen.texts[1] == tokenizer.decode(gen.tokens[1].tolist()) and gen.texts[1].endswith(stop_string)
+    with pytest.raises(ValueError, match="tokenizer"):
+        sampler.generate(model, PROMPTS, jax.random.key(0), config)
+
+
+# ---------------------------------------------------------------------------
+# Compilation.
+
+
+def test_compile_count_is_constant_within_buckets_and_across_weight_updates():
+    model = make_model(1)
+    sampler = Sampler(batch_buckets=(2, 4), prompt_buckets=(8,))
+    config = SamplingConfig(temperature=1.0, max_new_tokens=4)
+    first = sampler.generate(model, [[1, 2, 3], [4]], jax.random.key(0), config)
+    count = sampler.compile_count
+    assert count == 2  # prefill + decode loop
+    sampler.generate(model, [[5, 6], [7, 8, 9, 10, 11]], jax.random.key(1), config)
+    sampler.generate(model, [[5]], jax.random.key(1), config)  # batch 1 -> bucket 2
+    for name in model.layers.lora_b.keys():  # a PPO update changes the adapters
+        b = model.layers.lora_b[name]
+        b[...] = b[...] + 0.5
+    updated = sampler.generate(model, [[1, 2, 3], [4]], jax.random.key(0), config)
+    assert sampler.compile_count == count
+    assert not np.allclose(updated.logprobs[0], first.logprobs[0])  # new weights were used
+    sampler.generate(model, [[1, 2, 3]] * 3, jax.random.key(0), config)  # batch bucket 4
+    assert sampler.compile_count == count + 2
+
+
+def test_buckets_round_up_and_extend_past_the_largest():
+    assert bucket_size(1, (2, 4)) == 2
+    assert bucket_size(4, (2, 4)) == 4
+    assert bucket_size(9, (2, 4)) == 12
+
+
+# ---------------------------------------------------------------------------
+# Trie-constrained decoding.
+
+CANDIDATES = [
+    [[5, 6, 7], [5, 8], [9], [10, 11, 12, 13]],
+    [[1], [2, 3], [2, 4]],
+    [[20, 21], [22, 23], [20, 24, 25]],
+]
+
+
+def allowed_next_tokens(actions, prefix):
+    return sorted({a[len(prefix)] for a in actions if len(a) > len(prefix) and a[: len(prefix)] == prefix})
+
+
+def test_constrained_samples_are_candidates_with_renormalised_logprobs(model, sampler):
+    temperature = 0.8
+    seen = [set() for _ in CANDIDATES]
+    for seed in range(4):
+        gen = sampler.generate_constrained(model, PROMPTS, CANDIDATES, jax.random.key(seed), temperature)
+        for b, (prompt, actions) in enumerate(zip(PROMPTS, CANDIDATES)):
+            tokens = gen.tokens[b].tolist()
+            assert tokens == actions[gen.action_index[b]]
+            seen[b].add(tuple(tokens))
+            logits = full_forward_logits(model, prompt + tokens)
+            for j, token in enumerate(tokens):
+                allowed = allowed_next_tokens(actions, tokens[:j])
+                constrained = np_log_softmax(logits[len(prompt) - 1 + j, allowed] / temperature)
+                np.testing.assert_allclose(gen.logprobs[b][j], constrained[allowed.index(token)], atol=2e-5)
+    assert sum(len(s) for s in seen) > len(CANDIDATES)  # it does sample, not always the same
+
+
+def test_constrained_greedy_picks_the_best_allowed_token(model, sampler):
+    gen = sampler.generate_constrained(model, PROMPTS, CANDIDATES, jax.random.key(0), temperature=0.0)
+    for b, (prompt, actions) in enumerate(zip(PROMPTS, CANDIDATES)):
+        prefix = []
+        while not any(prefix == a for a in actions):
+            allowed = allowed_next_tokens(actions, prefix)
+            logits = full_forward_logits(model, prompt + prefix)[-1]
+            prefix.append(allowed[int(np.argmax(logits[allowed]))])
+        assert gen.tokens[b].tolist() == prefix
+
+
+def test_constrained_prefix_actions_use_the_end_token(model, sampler):
+    end = 0
+    candidates = [[[5], [5, 6], [5, 6, 7]]] * 2
+    with pytest.raises(ValueError, match="prefix"):
+        sampler.generate_constrained(model, PROMPTS[:2], candidates, jax.random.key(0))
+    counts = np.zeros(3, int)
+    for seed in range(6):
+        gen = sampler.generate_constrained(model, PROMPTS[:2], candidates, jax.random.key(seed), 2.0, end_token_id=end)
+        for b in range(2):
+            action = candidates[b][gen.action_index[b]]
+            tokens = gen.tokens[b].tolist()
+            counts[gen.action_index[b]] += 1
+            assert tokens in (action + [end], action)
+            assert tokens == action or len(action) < 3  # only shorter actions need the end token
+            assert len(gen.logprobs[b]) == len(tokens)
+            if tokens[-1] == end:
+                logits = full_forward_logits(model, PROMPTS[b] + tokens)[len(PROMPTS[b]) - 1 + len(action)]
+                allowed = sorted([end, 6 if len(action) == 1 else 7])
+                reference = np_log_softmax(logits[allowed] / 2.0)[allowed.index(end)]
+                np.testing.assert_allclose(gen.logprobs[b][-1], reference, atol=2e-5)
+    assert (counts > 0).sum() >= 2
+
+
+def test_action_trie_tables():
+    trie = build_action_tries([[[5, 6], [5, 7], [9]]], batch=2, end_token_id=None)
+    root = trie.edge_token[0, 0][trie.edge_valid[0, 0]].tolist()
+    assert root == [5, 9]
+    child_of_5 = trie.edge_child[0, 0, 0]
+    assert trie.edge_token[0, child_of_5][trie.edge_valid[0, child_of_5]].tolist() == [6, 7]
+    assert sorted(trie.node_action[0][trie.node_action[0] >= 0].tolist()) == [0, 1, 2]
+    assert trie.max_depth == 2
+    assert trie.edge_valid[1, 0].sum() == 1  # dummy row
+
+
+# ---------------------------------------------------------------------------
+# TWOSOME action scoring.
+
+
+def test_score_actions_matches_full_forward_and_normalises(model, sampler):
+    prompt = PROMPTS[0]
+    actions = [[4, 5], [6], [7, 8, 9], [10, 11, 12, 13, 14]]
+    texts = ["pick up", "wait", "go to the", "put it"]
+    sums = []
+    for action in actions:
+        logprobs = np_log_softmax(full_forward_logits(model, prompt + action))
+        sums.append(sum(logprobs[len(prompt) - 1 + j, t] for j, t in enumerate(action)))
+    sums = np.array(sums)
+    scores = sampler.score_actions(model, prompt, actions)
+    assert isinstance(scores, ActionScores)
+    np.testing.assert_allclose(scores.token_logprob_sums, sums, atol=5e-5)
+    np.testing.assert_allclose(scores.normalized_logprobs, sums / [2, 1, 3, 5], atol=5e-5)
+    reference = np.exp(sums / [2, 1, 3, 5])
+    np.testing.assert_allclose(scores.probs, reference / reference.sum(), atol=1e-5)
+    words = sampler.score_actions(model, prompt, actions, normalization="word", action_texts=texts)
+    np.testing.assert_allclose(words.normalized_logprobs, sums / [2, 1, 3, 2], atol=5e-5)
+    np.testing.assert_allclose(words.probs.sum(), 1.0, atol=1e-6)
+    with pytest.raises(ValueError, match="action_texts"):
+        sampler.score_actions(model, prompt, actions, normalization="word")
+    with pytest.raises(ValueError, match="normalization"):
+        sampler.score_actions(model, prompt, actions, normalization="chars")
+
+
+# ---------------------------------------------------------------------------
+# Bad input.
+
+
+def test_bad_input_gives_one_line_value_errors(model, sampler):
+    key = jax.random.key(0)
+    config = SamplingConfig(max_new_tokens=2)
+    cases = [
+        lambda: sampler.generate(model, [], key, config),
+        lambda: sampler.generate(model, ["hello"], key, config),
+        lambda: sampler.generate(model, [[]], key, config),
+        lambda: sampler.generate(model, [[VOCAB]], key, config),
+        lambda: SamplingConfig(temperature=-1),
+        lambda: SamplingConfig(top_p=0),
+        lambda: SamplingConfig(top_k=-2),
+        lambda: SamplingConfig(max_new_tokens=0),
+        lambda: sampler.generate_constrained(model, [[1]], [[]], key),
+        lambda: sampler.generate_constrained(model, [[1]], [[[1], []]], key),
+        lambda: sampler.generate_constrained(model, [[1]], [[[1]], [[2]]], key),
+        lambda: sampler.generate_constrained(model, [[1]], [["go"]], key),
+        lambda: sampler.score_actions(model, [1], []),
+        lambda: Sampler(batch_buckets=()),
+    ]
+    for case in cases:
+        with pytest.raises(ValueError) as info:
+            case()
+        assert "\n" not in str(info.value)
