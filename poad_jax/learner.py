@@ -264,8 +264,8 @@ def make_update_fn(
         stats = dict(
             stats,
             loss=loss,
-            actor_grad_norm=optax.global_norm(actor_grads),
-            critic_grad_norm=optax.global_norm(critic_grads),
+            actor_grad_norm=optax.tree.norm(actor_grads),
+            critic_grad_norm=optax.tree.norm(critic_grads),
             skipped=skip.astype(jnp.float32),
         )
         return new_state, stats

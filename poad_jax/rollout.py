@@ -156,13 +156,16 @@ class RolloutCollector:
                     action_texts=list(obs.actions),
                 )
                 probs = np.asarray(scores.probs, np.float64)
-                choice = int(self.np_rng.choice(len(cands), p=probs / probs.sum()))
+                if self.config.sampling.temperature == 0:  # greedy evaluation
+                    choice = int(np.argmax(probs))
+                else:
+                    choice = int(self.np_rng.choice(len(cands), p=probs / probs.sum()))
                 records.append(
                     StepRecord(prompt, cands[choice], 0.0, False, cands, list(obs.actions), choice)
                 )
             return records
         generation = self.sampler.generate_constrained(
-            model, prompts, candidates, rng, temperature=self.config.sampling.temperature or 1.0
+            model, prompts, candidates, rng, temperature=self.config.sampling.temperature
         )
         for prompt, cands, obs, index in zip(prompts, candidates, observations, generation.action_index):
             index = int(index)
@@ -174,10 +177,12 @@ class RolloutCollector:
             return record.candidate_texts[record.chosen]
         return self.tokenizer.decode(record.action_tokens, skip_special_tokens=True)
 
-    def collect(self, model, rng: jax.Array) -> tuple[list[list[StepRecord]], list[list[int]]]:
+    def collect(self, model, rng: jax.Array, on_step=None) -> tuple[list[list[StepRecord]], list[list[int]]]:
         """Runs `rollout_length` steps of every thread.
 
-        Returns records[t][b] and the prompts of each thread's next observation.
+        `on_step(num_new_env_steps)` is called after each vector step (progress
+        bars).  Returns records[t][b] and the prompts of each thread's next
+        observation.
         """
         steps = []
         for _ in range(self.config.rollout_length):
@@ -200,6 +205,8 @@ class RolloutCollector:
             self.observations = [result.observation for result in results]
             self.env_steps += len(records)
             steps.append(records)
+            if on_step is not None:
+                on_step(len(records))
         next_prompts = [self.render(obs) for obs in self.observations]
         return steps, next_prompts
 

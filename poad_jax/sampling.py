@@ -541,18 +541,23 @@ class Sampler:
     def _cache_dtype(self, model):
         return jnp.dtype(self.cache_dtype or model.dtype)
 
-    def _check_prompts(self, prompts, vocab_size: int) -> list[list[int]]:
-        if isinstance(prompts, (str, bytes)) or len(prompts) == 0:
-            raise ValueError("prompts must be a non-empty sequence of token-id sequences")
+    @staticmethod
+    def _check_ids(sequences, vocab_size: int, what: str = "prompt") -> list[list[int]]:
+        """Validated token-id rows; a one-line ValueError on bad input."""
+        if isinstance(sequences, (str, bytes)) or len(sequences) == 0:
+            raise ValueError(f"{what}s must be a non-empty sequence of token-id sequences")
         rows = []
-        for b, prompt in enumerate(prompts):
-            if isinstance(prompt, (str, bytes)):
-                raise ValueError(f"prompt {b} is text; encode it to token ids first")
-            row = [int(t) for t in prompt]
+        for b, sequence in enumerate(sequences):
+            if isinstance(sequence, (str, bytes)):
+                raise ValueError(f"{what} {b} is text; encode it to token ids first")
+            try:
+                row = [int(t) for t in sequence]
+            except (TypeError, ValueError):
+                raise ValueError(f"{what} {b} is not a sequence of integer token ids") from None
             if not row:
-                raise ValueError(f"prompt {b} is empty")
+                raise ValueError(f"{what} {b} is empty")
             if min(row) < 0 or max(row) >= vocab_size:
-                raise ValueError(f"prompt {b} has a token id outside [0, {vocab_size})")
+                raise ValueError(f"{what} {b} has a token id outside [0, {vocab_size})")
             rows.append(row)
         return rows
 
@@ -579,7 +584,7 @@ class Sampler:
         tokenizer=None,
     ) -> Generation:
         """Samples a continuation of every prompt (token ids, any lengths)."""
-        prompts = self._check_prompts(prompts, model.config.vocab_size)
+        prompts = self._check_ids(prompts, model.config.vocab_size)
         if config.stop_strings and tokenizer is None:
             raise ValueError("stop_strings need a tokenizer: pass tokenizer=...")
         stop_ids = config.stop_token_ids
@@ -658,7 +663,7 @@ class Sampler:
         another, the choice "end here" is the token `end_token_id` (generated,
         and scored like any other allowed token).
         """
-        prompts = self._check_prompts(prompts, model.config.vocab_size)
+        prompts = self._check_ids(prompts, model.config.vocab_size)
         if len(candidates) != len(prompts):
             raise ValueError(f"got {len(candidates)} candidate lists for {len(prompts)} prompts")
         if not (temperature >= 0 and math.isfinite(temperature)):
@@ -703,10 +708,10 @@ class Sampler:
         """
         if normalization not in NORMALIZATIONS:
             raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
-        (prompt,) = self._check_prompts([prompt], model.config.vocab_size)
+        (prompt,) = self._check_ids([prompt], model.config.vocab_size)
         if len(actions) == 0:
             raise ValueError("actions must be a non-empty sequence of token-id sequences")
-        actions = self._check_prompts(actions, model.config.vocab_size)
+        actions = self._check_ids(actions, model.config.vocab_size, "action")
         if normalization == "word":
             if action_texts is None or len(action_texts) != len(actions):
                 raise ValueError("normalization='word' needs action_texts, one string per action")

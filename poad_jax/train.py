@@ -70,8 +70,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise TrainError(f"ppo.lam must be in [0, 1], got {config.ppo.lam}")
     if config.gamma_w >= 0 and not 0.0 < config.gamma_w <= 1.0:
         raise TrainError(f"gamma_w must be in (0, 1] (or negative for the method default), got {config.gamma_w}")
-    if config.sampling.temperature < 0:
-        raise TrainError(f"sampling.temperature must be >= 0, got {config.sampling.temperature}")
+    if not config.sampling.temperature > 0:
+        raise TrainError(f"sampling.temperature must be > 0 for training, got {config.sampling.temperature}")
     rows = config.num_threads * config.rollout_length
     chunks = config.ppo.num_minibatches * config.ppo.accumulation_steps
     if config.ppo.num_minibatches < 1 or config.ppo.accumulation_steps < 1 or rows % chunks:
@@ -112,7 +112,7 @@ def learner_config(config: ml_collections.ConfigDict) -> LearnerConfig:
         actor_lr=float(ppo.actor_lr),
         critic_lr=float(ppo.critic_lr),
         adam_eps=float(ppo.adam_eps),
-        temperature=float(config.sampling.temperature) or 1.0,
+        temperature=float(config.sampling.temperature),
         normalize_advantages=bool(ppo.normalize_advantages),
         critic_kind=str(config.critic.kind),
     )
@@ -252,7 +252,11 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
             before = dict(collector.timings)
             episodes_before = len(collector.stats.finished_returns)
             rollout_rng, collect_rng = jax.random.split(rollout_rng)
-            steps, next_prompts = collector.collect(merged_actor(graph, frozen, state.params), collect_rng)
+            def on_step(count):
+                if progress is not None:
+                    progress.update(min(count, total - progress.n))
+
+            steps, next_prompts = collector.collect(merged_actor(graph, frozen, state.params), collect_rng, on_step)
             start = time.perf_counter()
             arrays, next_arrays = pack_batch(steps, next_prompts, method, rconfig, tokenizer.pad_token_id)
             value_head = target_head if config.critic.target_update_every > 0 else state.params["head"]
@@ -299,7 +303,6 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
                     "rollout_rng": np.asarray(jax.random.key_data(rollout_rng)).tolist(),
                 })
             if progress is not None:
-                progress.update(min(collector.env_steps, total) - progress.n)
                 progress.set_postfix(
                     ret=f"{record['episode_return_last100']:.3f}", success=f"{record['success_rate_last100']:.2f}",
                     kl=f"{record['approx_kl']:.3g}",
@@ -315,10 +318,25 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     return RunResult(workdir, records, state)
 
 
+def enable_compilation_cache() -> None:
+    """Persists XLA compilations across runs (a resumed or repeated run skips
+    most compile time).  `$JAX_COMPILATION_CACHE_DIR` wins; the default is
+    `~/.cache/poad_jax/jax`."""
+    import os
+
+    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        cache = pathlib.Path(os.environ.get("POAD_CACHE", pathlib.Path.home() / ".cache" / "poad_jax")) / "jax"
+        jax.config.update("jax_compilation_cache_dir", str(cache))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
 def main(argv) -> None:
     from absl import flags
+    from absl import logging as absl_logging
 
     del argv
+    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
+    enable_compilation_cache()
     config = flags.FLAGS.config
     workdir = flags.FLAGS.workdir or None
     try:

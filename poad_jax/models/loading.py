@@ -155,11 +155,16 @@ def embedded_model_directory(name: str) -> pathlib.Path:
         convert_gguf_to_hf_directory(gguf_path, converted)
         source = {"name": name, "sha256": digest, "converter_version": CONVERTER_VERSION}
         (converted / "poad_source.json").write_text(json.dumps(source, indent=2))
-        if target.exists():  # stale (other version) or written meanwhile by another process
-            if _cache_is_valid(target, model):
-                return target
+        converted.chmod(0o755)  # mkdtemp made it private; the cache is an ordinary folder
+        for file in converted.iterdir():
+            file.chmod(0o644)
+        if target.exists() and not _cache_is_valid(target, model):  # stale: older converter
             shutil.rmtree(target)
-        os.rename(converted, target)
+        try:
+            os.rename(converted, target)
+        except OSError:
+            if not _cache_is_valid(target, model):  # not a concurrent conversion that won
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
@@ -202,6 +207,7 @@ def load(
         if path.suffix.lower() != ".gguf":
             raise ModelLoadError(f"{path} is a file but not a .gguf; pass a GGUF file or an HF directory")
         return _load_gguf(path, dtype, lora, seed)
+    hf_io.read_hf_config(path)  # architecture errors first, before the tokenizer's
     tokenizer = Tokenizer.from_directory(path)
     model = hf_io.load_hf_model(path, lora=lora, dtype=dtype, seed=seed)
     return model, tokenizer

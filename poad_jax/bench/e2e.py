@@ -1,0 +1,141 @@
+"""`python -m poad_jax.bench e2e --config=configs/datasci.py`: the whole training loop's speed.
+
+Runs a short training (`--updates` PPO updates through `poad_jax.train.run`,
+in a temporary workdir unless `--workdir` is given; checkpoints, TensorBoard
+and plots off) and reports seconds per 1k env steps of the whole loop and
+its split between sampling (the jit sampler), the environment, the behaviour
+statistics (old log-probs, critic features and values), the learner update
+and the rest (packing, logging, checkpoint), from the per-update records.
+
+The first update includes the compilations of the sampler and the learner;
+with two or more updates the table also gives the warm figure (updates
+after the first).  Config overrides use the training CLI's syntax:
+`--config.model=tiny-random --config.num_threads=2`.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import tempfile
+import time
+
+PHASES = ("sampling", "env", "behaviour", "learner")
+
+
+def parse(argv: list[str]):
+    from absl import flags
+    from ml_collections import config_flags
+
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", "configs/datasci.py", "Training config file.", flag_values=values)
+    flags.DEFINE_integer("updates", 2, "PPO updates to run (one rollout each).", flag_values=values)
+    flags.DEFINE_string("workdir", "", "Run directory (default: a temporary one, removed afterwards).",
+                        flag_values=values)
+    values(["e2e", *argv])
+    return values
+
+
+def summarise(records: list[dict]) -> dict:
+    """Seconds per 1k env steps, total and per phase, over `records`."""
+    steps = sum(r["steps_this_update"] for r in records)
+    seconds = {name: sum(r[f"seconds_{name}"] for r in records) for name in PHASES}
+    wall = sum(r["seconds_wall"] for r in records)
+    seconds["other"] = max(wall - sum(seconds.values()), 0.0)
+    per_1k = {name: 1000.0 * s / steps for name, s in seconds.items()}
+    return {
+        "updates": len(records),
+        "env_steps": steps,
+        "wall_s": wall,
+        "s_per_1k_env_steps": 1000.0 * wall / steps,
+        "s_per_1k_by_phase": per_1k,
+        "fraction": {name: s / wall for name, s in seconds.items()} if wall > 0 else {},
+    }
+
+
+def main(argv: list[str]) -> int:
+    try:
+        values = parse(argv)
+    except Exception as error:  # absl's flag errors: one line, usage status
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    from poad_jax import logging as run_logging
+    from poad_jax import train
+
+    config = values.config
+    updates = int(values.updates)
+    if updates < 1:
+        print("error: --updates must be >= 1", file=sys.stderr)
+        return 2
+    steps_per_update = int(config.num_threads) * int(config.rollout_length)
+    config.total_env_steps = max(int(config.total_env_steps), updates * steps_per_update)
+    config.tensorboard = False
+    config.plot = False
+    config.checkpoint_every = 10**9
+
+    # Wall time per update: wrap the logger so each record gets the time since the previous one.
+    marks = {"last": None}
+    original_log = run_logging.MetricsLogger.log
+
+    def timed_log(self, record):
+        now = time.perf_counter()
+        record["seconds_wall"] = now - marks["last"]
+        record["steps_this_update"] = steps_per_update
+        marks["last"] = now
+        return original_log(self, record)
+
+    run_logging.MetricsLogger.log = timed_log
+    with tempfile.TemporaryDirectory() as scratch:
+        workdir = pathlib.Path(values.workdir or pathlib.Path(scratch) / "run")
+        marks["last"] = time.perf_counter()
+        start = marks["last"]
+        try:
+            result = train.run(config, workdir, show_progress=False, max_updates=updates)
+        except train.TrainError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        finally:
+            run_logging.MetricsLogger.log = original_log
+        total_s = time.perf_counter() - start
+    records = [r for r in result.records if "seconds_wall" in r]  # not those of a resumed run
+    if not records:
+        print("error: no update ran", file=sys.stderr)
+        return 1
+    # The first record's wall time also holds model loading and setup before the first rollout.
+    cold = summarise(records)
+    warm = summarise(records[1:]) if len(records) > 1 else None
+    peak = max(r["peak_rss_mb"] for r in records)
+
+    print(f"e2e: {config.name} ({config.env.name}), model {config.model}, method {config.method}, "
+          f"{config.num_threads} threads x {config.rollout_length} steps per update, "
+          f"max_new_tokens {config.sampling.max_new_tokens}, {len(records)} updates, CPU")
+    header = f"{'':24s} {'s / 1k steps':>13s} " + " ".join(f"{name:>10s}" for name in (*PHASES, "other"))
+    print(header)
+    for label, summary in (("all updates (cold)", cold), ("updates 2+ (warm)", warm)):
+        if summary is None:
+            continue
+        by_phase = summary["s_per_1k_by_phase"]
+        print(f"{label:24s} {summary['s_per_1k_env_steps']:13.1f} "
+              + " ".join(f"{by_phase[name]:10.1f}" for name in (*PHASES, "other")))
+        print(f"{'  share of wall':24s} {'':13s} "
+              + " ".join(f"{100 * summary['fraction'].get(name, 0):9.1f}%" for name in (*PHASES, "other")))
+    print(f"whole call {total_s:.1f} s (including model loading); peak RSS {peak:.0f} MiB; "
+          f"compilations: learner {records[-1]['compiles_learner']}, sampler {records[-1]['compiles_sampler']}")
+    headline = warm or cold
+    summary = {
+        "bench": "e2e",
+        "config": config.name,
+        "model": str(config.model),
+        "method": str(config.method),
+        "s_per_1k_env_steps": round(headline["s_per_1k_env_steps"], 2),
+        "warm": warm is not None,
+        "s_per_1k_by_phase": {k: round(v, 2) for k, v in headline["s_per_1k_by_phase"].items()},
+        "cold_s_per_1k_env_steps": round(cold["s_per_1k_env_steps"], 2),
+        "updates": len(records),
+        "env_steps_per_update": steps_per_update,
+        "peak_rss_mib": round(peak),
+        "device": "cpu",
+    }
+    print(json.dumps(summary))
+    return 0

@@ -1,0 +1,329 @@
+"""`python -m poad_jax.bench train_step`: our jit PPO update vs PyTorch + PEFT.
+
+SmolLM2-135M-Instruct shapes, CPU float32, 8 sequences x 256 tokens (prompt
+128 + action 128, every action token valid), LoRA r=8 alpha 16 on q_proj and
+v_proj, critic = MLP head (576 -> 1024 -> 512 -> 1) on precomputed frozen-base
+features.  One POAD update with one epoch and one minibatch on both sides:
+GAE, forward through the LoRA actor (logits at the action columns only),
+clipped policy loss + clipped value loss + entropy bonus, backward, global
+norm clipping at 0.5, one Adam step per optimiser (`_torch_reference.py`
+states the PyTorch step; ours is `poad_jax.learner.make_update_fn`).
+
+Both sides load the same Hugging Face directory (the embedded model's
+conversion, or with `--random-weights` a random model of the same shapes)
+and see the same token ids, rewards, values and features.  Each side runs
+in its own subprocess (its own peak RSS); the parent alternates the sides
+for `--rounds` rounds of `--steps` timed steps after one warm-up step
+(compilation for us), and compares medians, so a noisy shared machine hits
+both sides alike.
+
+  tokens/s = rows x (prompt + action tokens) / wall time of one update
+
+`--variant` (ours only) prototypes model-code changes for measurement, by
+wrapping the layer scan of `poad_jax.models.llama` in this process only:
+  base          the library as it is
+  remat         jax.checkpoint around the scanned layer (nothing saved)
+  remat_dots    jax.checkpoint saving matmul outputs without batch dims
+  unroll        the layer scan fully unrolled
+`--profile` times, for our side, the forward (loss only), forward + backward
+(value_and_grad) and the whole update as separate jit functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROWS = 8
+PROMPT = 128
+ACTION = 128
+THREADS = 4  # rows = threads x steps per thread
+VARIANTS = ("base", "remat", "remat_dots", "unroll")
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def synthetic_arrays(args, vocab_size: int, hidden_size: int) -> dict:
+    """The shared NumPy inputs: token ids, rewards, dones, old values, features, bootstrap values."""
+    import numpy as np
+
+    rng = np.random.default_rng(1234)
+    rows, length = args.rows, args.prompt + args.action
+    return {
+        "tokens": rng.integers(3, vocab_size, (rows, length)).astype(np.int32),
+        "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length)).copy(),
+        "rewards": rng.normal(size=rows).astype(np.float32),
+        "dones": (rng.random(rows) < 0.25),
+        "old_values": (0.1 * rng.normal(size=(rows, args.action))).astype(np.float32),
+        "features": rng.normal(size=(rows, args.action, hidden_size)).astype(np.float32),
+        "bootstrap_value": (0.1 * rng.normal(size=args.threads)).astype(np.float32),
+    }
+
+
+def install_variant(name: str) -> None:
+    """Wraps `jax.lax.scan` so the model's layer scan (`layer_step`) gets the variant (this process only)."""
+    if name == "base":
+        return
+    import jax
+
+    original = jax.lax.scan
+
+    def scan(f, init, xs=None, length=None, **kwargs):
+        if getattr(f, "__name__", "") == "layer_step":
+            if name == "remat":
+                f = jax.checkpoint(f, policy=jax.checkpoint_policies.nothing_saveable)
+            elif name == "remat_dots":
+                f = jax.checkpoint(f, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+            elif name == "unroll":
+                kwargs["unroll"] = True
+        return original(f, init, xs, length, **kwargs)
+
+    jax.lax.scan = scan
+
+
+def run_jax(directory: str, args) -> dict:
+    install_variant(args.variant)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    from poad_jax import learner as learner_lib
+    from poad_jax.methods import make_method
+    from poad_jax.models import hf_io
+    from poad_jax.models.llama import LoraConfig
+    from poad_jax.policy import ValueHead, action_logprobs, split_policy
+    from poad_jax.token_batch import TokenBatch
+
+    model = hf_io.load_hf_model(directory, lora=LoraConfig(rank=8, alpha=16.0, targets=("q_proj", "v_proj")))
+    config = model.config
+    head = ValueHead(config.hidden_size, (1024, 512), rngs=nnx.Rngs(1))
+    graph, frozen, params = split_policy(model, head)
+    del model, head
+    method = make_method("poad", 0.95)
+    lconfig = learner_lib.LearnerConfig(gamma=0.95, epochs=1, num_minibatches=1, accumulation_steps=1)
+    arrays = synthetic_arrays(args, config.vocab_size, config.hidden_size)
+    rows, action = args.rows, args.action
+    tokens = jnp.asarray(arrays["tokens"])
+    positions = jnp.asarray(arrays["positions"])
+    key_mask = jnp.ones(tokens.shape, bool)
+    old_logprobs, _ = jax.jit(action_logprobs, static_argnums=(0, 6, 7))(
+        graph, frozen, params["actor"], tokens, positions, key_mask, args.prompt, 1.0
+    )
+    batch = TokenBatch(
+        tokens=tokens,
+        positions=positions,
+        key_mask=key_mask,
+        action_mask=jnp.ones((rows, action), bool),
+        rewards=jnp.asarray(arrays["rewards"]),
+        dones=jnp.asarray(arrays["dones"]),
+        old_logprobs=old_logprobs,
+        old_values=jnp.asarray(arrays["old_values"]),
+        features=jnp.asarray(arrays["features"]),
+        bootstrap_value=jnp.asarray(arrays["bootstrap_value"]),
+        chosen=jnp.zeros((rows,), jnp.int32),
+        candidate_mask=jnp.ones((rows, 1), bool),
+        normalizer=jnp.ones((rows, 1), jnp.float32),
+        allowed_tokens=jnp.zeros((rows, action, 1), jnp.int32),
+        allowed_mask=jnp.zeros((rows, action, 1), bool),
+    )
+    update, compiles = learner_lib.make_update_fn(graph, method, lconfig)
+    state = learner_lib.init_train_state(params, lconfig, jax.random.key(0))
+
+    start = time.perf_counter()
+    state, metrics = update(state, frozen, batch)
+    jax.block_until_ready(metrics)
+    compile_s = time.perf_counter() - start
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        state, metrics = update(state, frozen, batch)
+        jax.block_until_ready(metrics)
+        times.append(time.perf_counter() - start)
+    result = {
+        "times": times,
+        "first_call_s": compile_s,
+        "compiles": compiles(),
+        "skipped": float(metrics["skipped_minibatches"]),
+        "loss": float(metrics["loss"]),
+    }
+    if args.profile:
+        result["phases"] = jax_phases(graph, frozen, state, batch, method, lconfig, args.steps)
+    result["peak_rss_mib"] = peak_rss_mib()
+    return result
+
+
+def jax_phases(graph, frozen, state, batch, method, lconfig, repeats: int) -> dict:
+    """Median seconds of forward (loss), forward + backward, and the gap to the whole update."""
+    import jax
+
+    from poad_jax import learner as learner_lib, losses
+
+    advantages, returns = learner_lib.compute_advantages(batch, method, lconfig)
+
+    def loss_fn(params):
+        logprobs, entropy, values, mask = learner_lib.policy_outputs(graph, frozen, params, batch, method, lconfig)
+        policy_loss = losses.clipped_policy_loss(logprobs, batch.old_logprobs, advantages, mask, lconfig.clip_eps)
+        value_loss = losses.clipped_value_loss(values, batch.old_values, returns, mask, lconfig.value_clip_eps)
+        return policy_loss + lconfig.vf_coef * value_loss - lconfig.ent_coef * losses.masked_mean(entropy, mask)
+
+    forward = jax.jit(loss_fn)
+    forward_backward = jax.jit(jax.value_and_grad(loss_fn))
+    out = {}
+    for name, fn in (("forward", forward), ("forward_backward", forward_backward)):
+        jax.block_until_ready(fn(state.params))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(state.params))
+            times.append(time.perf_counter() - start)
+        out[name] = statistics.median(times)
+    return out
+
+
+def run_torch(directory: str, args) -> dict:
+    try:
+        import torch
+
+        from poad_jax.bench._torch_reference import TorchPPOStep
+    except ImportError as error:
+        raise SystemExit(f"error: {error}; the baseline needs the bench extra: pip install torch==2.13.0 peft")
+
+    reference = TorchPPOStep(directory)
+    config = reference.model.config
+    arrays = synthetic_arrays(args, config.vocab_size, config.hidden_size)
+    batch = {name: torch.from_numpy(value) for name, value in arrays.items()}
+    batch["tokens"] = batch["tokens"].long()
+    batch["positions"] = batch["positions"].long()
+    batch["prompt_len"] = args.prompt
+    batch["action_mask"] = torch.ones((args.rows, args.action), dtype=torch.bool)
+    with torch.no_grad():
+        batch["old_logprobs"] = reference.action_logprobs(batch["tokens"], batch["positions"], args.prompt)[0]
+
+    start = time.perf_counter()
+    reference.step(batch, args.threads)
+    first_s = time.perf_counter() - start
+    times, phases = [], []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        info = reference.step(batch, args.threads)
+        times.append(time.perf_counter() - start)
+        phases.append(info)
+    return {
+        "times": times,
+        "first_call_s": first_s,
+        "threads": torch.get_num_threads(),
+        "skipped": float(phases[-1]["skipped"]),
+        "loss": phases[-1]["loss"],
+        "phases": {k: statistics.median(p[k] for p in phases) for k in ("forward_s", "backward_s", "optimizer_s")},
+        "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+def model_directory(random_weights: bool, scratch: str) -> tuple[str, str]:
+    """(HF directory both sides load, description)."""
+    from poad_jax.bench.generate import model_directory as shared_directory
+
+    return shared_directory(random_weights, scratch)
+
+
+def run_side(side: str, directory: str, args) -> dict:
+    """Runs one side in a fresh subprocess; returns its JSON line."""
+    command = [
+        sys.executable, "-m", "poad_jax.bench", "train_step", f"--side={side}", f"--directory={directory}",
+        f"--rows={args.rows}", f"--prompt={args.prompt}", f"--action={args.action}", f"--threads={args.threads}",
+        f"--steps={args.steps}", f"--variant={args.variant}",
+    ] + (["--profile"] if args.profile else [])
+    root = str(pathlib.Path(__file__).parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    if side == "jax" and args.xla_flags:
+        env["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), args.xla_flags]))
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(f"error: the {side} side failed (exit {done.returncode})")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m poad_jax.bench train_step", description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=ROWS, help="sequences per update")
+    parser.add_argument("--prompt", type=int, default=PROMPT, help="prompt tokens per sequence")
+    parser.add_argument("--action", type=int, default=ACTION, help="action tokens per sequence")
+    parser.add_argument("--threads", type=int, default=THREADS, help="rollout threads (rows = threads x steps)")
+    parser.add_argument("--steps", type=int, default=3, help="timed updates per round and side")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds (one subprocess per side each)")
+    parser.add_argument("--variant", choices=VARIANTS, default="base", help="our model-code variant (see above)")
+    parser.add_argument("--profile", action="store_true", help="also time forward / forward+backward phases")
+    parser.add_argument("--xla-flags", default="", help="extra XLA_FLAGS for our side, e.g. --xla_cpu_use_onednn=true")
+    parser.add_argument("--random-weights", action="store_true", help="random model of SmolLM2 shapes")
+    parser.add_argument("--sides", choices=("both", "jax", "torch"), default="both")
+    parser.add_argument("--side", choices=("jax", "torch"), help=argparse.SUPPRESS)
+    parser.add_argument("--directory", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if min(args.rows, args.prompt, args.action, args.threads, args.steps, args.rounds) < 1 or args.rows % args.threads:
+        print("error: sizes must be >= 1 and --rows divisible by --threads", file=sys.stderr)
+        return 2
+
+    if args.side:  # child process: one JSON line
+        result = (run_jax if args.side == "jax" else run_torch)(args.directory, args)
+        print(json.dumps(result))
+        return 0
+
+    sides = ("jax", "torch") if args.sides == "both" else (args.sides,)
+    runs: dict[str, list[dict]] = {side: [] for side in sides}
+    with tempfile.TemporaryDirectory() as scratch:
+        directory, source = model_directory(args.random_weights, scratch)
+        for round_index in range(args.rounds):
+            order = sides if round_index % 2 == 0 else tuple(reversed(sides))
+            for side in order:
+                runs[side].append(run_side(side, directory, args))
+
+    tokens = args.rows * (args.prompt + args.action)
+    names = {"jax": f"poad_jax (jit, {args.variant})", "torch": "PyTorch + PEFT"}
+    summary_sides = {}
+    print(f"train_step: {source}, CPU float32, {args.rows} x {args.prompt + args.action} tokens "
+          f"(prompt {args.prompt} + action {args.action}), LoRA r=8 q,v, one PPO update (1 epoch, 1 minibatch); "
+          f"median of {args.rounds} x {args.steps} steps per side")
+    print(f"{'side':32s} {'tokens/s':>9s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'first s':>8s} {'peak RSS MiB':>13s}")
+    for side in sides:
+        times = [t for r in runs[side] for t in r["times"]]
+        median = statistics.median(times)
+        peak = max(r["peak_rss_mib"] for r in runs[side])
+        first = statistics.median(r["first_call_s"] for r in runs[side])
+        summary_sides[side] = {"tok_s": tokens / median, "median_s": median, "peak_rss_mib": peak, "times": times,
+                               "first_call_s": first}
+        print(f"{names[side]:32s} {tokens / median:9.1f} {median:9.2f} {min(times):7.2f} {max(times):7.2f} "
+              f"{first:8.1f} {peak:13.0f}")
+        if "phases" in runs[side][0]:
+            phases = {k: statistics.median(r["phases"][k] for r in runs[side]) for k in runs[side][0]["phases"]}
+            summary_sides[side]["phases"] = phases
+            print("  phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
+    summary = {"bench": "train_step"}
+    if len(sides) == 2:
+        ratio = summary_sides["jax"]["tok_s"] / summary_sides["torch"]["tok_s"]
+        print(f"ratio (ours / PyTorch tokens/s): {ratio:.2f}")
+        summary["ratio"] = round(ratio, 3)
+    for side, key in (("jax", "ours"), ("torch", "pytorch")):
+        if side in summary_sides:
+            s = summary_sides[side]
+            summary[f"{key}_tok_s"] = round(s["tok_s"], 1)
+            summary[f"{key}_step_s"] = round(s["median_s"], 3)
+            summary[f"{key}_peak_rss_mib"] = round(s["peak_rss_mib"])
+            if "phases" in s:
+                summary[f"{key}_phases_s"] = {k: round(v, 3) for k, v in s["phases"].items()}
+    summary.update(rows=args.rows, prompt=args.prompt, action=args.action, variant=args.variant,
+                   xla_flags=args.xla_flags, load_average=round(os.getloadavg()[0], 1), model=source,
+                   device="cpu", rounds=args.rounds, steps=args.steps)
+    print(json.dumps(summary))
+    return 0

@@ -1,0 +1,172 @@
+"""The trainer as a user runs it: resume, kill -9, bad configs, export, evaluate,
+and a short real run on the embedded default model and task."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from poad_jax import evaluate, export, train
+from poad_jax.logging import read_metrics
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_config(name: str):
+    spec = importlib.util.spec_from_file_location(f"config_{name}", REPO / "configs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
+def short_toy_config(updates: int):
+    config = load_config("toy")
+    config.total_env_steps = config.num_threads * config.rollout_length * updates
+    config.tensorboard = False
+    config.plot = False
+    return config
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "poad_jax.train", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def test_resume_equals_uninterrupted_training(tmp_path):
+    whole = train.run(short_toy_config(4), tmp_path / "whole", show_progress=False)
+    first = train.run(short_toy_config(4), tmp_path / "split", show_progress=False, max_updates=2)
+    assert len(first.records) == 2
+    resumed = train.run(short_toy_config(4), tmp_path / "split", show_progress=False)
+    assert [r["update"] for r in resumed.records] == [1, 2, 3, 4]
+    for a, b in zip(jax.tree.leaves(whole.state.params), jax.tree.leaves(resumed.state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for key in ("episode_return", "policy_loss", "value_loss", "approx_kl"):
+        assert [r[key] for r in whole.records] == [r[key] for r in resumed.records], key
+
+
+def test_kill_minus_nine_then_resume(tmp_path):
+    workdir = tmp_path / "killed"
+    updates = 12
+    args = ["--config=configs/toy.py", f"--workdir={workdir}", f"--config.total_env_steps={16 * updates}",
+            "--config.tensorboard=False"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "poad_jax.train", *args], cwd=REPO,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    checkpoints = workdir / "checkpoints"
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        steps = [p for p in checkpoints.glob("*") if p.name.isdigit()] if checkpoints.exists() else []
+        if steps and max(int(p.name) for p in steps) >= 2:
+            break
+        if process.poll() is not None:
+            pytest.fail("training ended before it could be killed")
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    killed_at = len(read_metrics(workdir / "metrics.jsonl"))
+    assert 2 <= killed_at < updates
+    finished = cli(*args)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert "resuming" in finished.stdout
+    records = read_metrics(workdir / "metrics.jsonl")
+    assert [r["update"] for r in records] == list(range(1, updates + 1))
+    assert records[-1]["env_steps"] == 16 * updates
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("--config.method=ppo", "unknown method"),
+        ("--config.ppo.gamma=2.0", "ppo.gamma"),
+        ("--config.env.name=nowhere/none", "unknown environment"),
+        ("--config.model=/no/such/model", "/no/such/model"),
+        ("--config.ppo.num_minibatches=3", "divisible"),
+    ],
+)
+def test_bad_configs_fail_with_one_clear_line(tmp_path, override, message):
+    config = load_config("toy")
+    key, value = override.removeprefix("--config.").split("=")
+    node = config
+    *parents, leaf = key.split(".")
+    for parent in parents:
+        node = node[parent]
+    node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], str) else value
+    with pytest.raises(train.TrainError, match=message.replace(".", r"\.")):
+        train.run(config, tmp_path / "bad", show_progress=False)
+
+
+def test_cli_prints_one_error_line(tmp_path):
+    result = cli("--config=configs/toy.py", f"--workdir={tmp_path / 'w'}", "--config.method=ppo")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert lines[-1].startswith("error: unknown method 'ppo'")
+    assert "Traceback" not in result.stderr
+
+
+def test_export_peft_and_evaluate(tmp_path, capsys):
+    workdir = tmp_path / "run"
+    result = train.run(short_toy_config(3), workdir, show_progress=False)
+    out = tmp_path / "adapter"
+    assert export.main(["--workdir", str(workdir), "--format", "peft", "--out", str(out)]) == 0
+    tensors = load_file(str(out / "adapter_model.safetensors"))
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["r"] == 8 and config["lora_alpha"] == 16.0
+    assert sorted(config["target_modules"]) == ["q_proj", "v_proj"]
+    actor = result.state.params["actor"]
+    a = np.asarray(actor["layers"]["lora_a"]["q_proj"][...])
+    b = np.asarray(actor["layers"]["lora_b"]["q_proj"][...])
+    for layer in range(a.shape[0]):
+        prefix = f"base_model.model.model.layers.{layer}.self_attn.q_proj"
+        np.testing.assert_array_equal(tensors[f"{prefix}.lora_A.weight"], a[layer].T)
+        np.testing.assert_array_equal(tensors[f"{prefix}.lora_B.weight"], b[layer].T)
+    assert len(tensors) == 2 * 2 * a.shape[0]  # (A, B) x (q, v) x layers
+
+    assert evaluate.main(["--workdir", str(workdir), "--episodes", "2"]) == 0
+    table = capsys.readouterr().out
+    assert "toy/decisive_token" in table and "greedy" in table and "sampled" in table
+    assert (workdir / "metrics.jsonl").exists()
+
+
+def test_run_writes_logs_and_curves(tmp_path):
+    config = short_toy_config(2)
+    config.tensorboard = True
+    config.plot = True
+    train.run(config, tmp_path / "logged", show_progress=False)
+    assert (tmp_path / "logged" / "curves.png").stat().st_size > 0
+    assert any((tmp_path / "logged" / "tensorboard").iterdir())
+    records = read_metrics(tmp_path / "logged" / "metrics.jsonl")
+    assert len(records) == 2 and {"episode_return", "policy_loss", "compiles_learner"} <= set(records[0])
+
+
+@pytest.mark.slow
+def test_short_real_run_on_embedded_default(tmp_path):
+    """A few env steps of the default job: SmolLM2-135M-Instruct on datasci/balance_scale."""
+    config = load_config("datasci")
+    config.num_threads = 2
+    config.rollout_length = 2
+    config.total_env_steps = 4
+    config.sampling.max_new_tokens = 24
+    config.ppo.num_minibatches = 2
+    config.env.kwargs = dict(config.env.kwargs, timeout_s=20.0)
+    config.tensorboard = False
+    result = train.run(config, tmp_path / "real", show_progress=False)
+    record = result.records[-1]
+    assert record["env_steps"] == 4
+    assert record["compiles_learner"] == 1
+    for key in ("policy_loss", "value_loss", "entropy", "approx_kl"):
+        assert np.isfinite(record[key]), key
+    assert (tmp_path / "real" / "curves.png").exists()
