@@ -50,14 +50,16 @@ if "google.colab" in sys.modules:
 # 3. the **exact** critic of each backup (a converged critic), and the
 #    per-token advantages it produces: heatmaps;
 # 4. **training** the three methods with `poad_jax.train.run` (tiny random
-#    model), their learning curves, and the same heatmaps with the **learned**
-#    critics.
+#    model) and their learning curves;
+# 5. critics **learned** with each backup on the model's features, and the
+#    same heatmaps.
 #
 # Everything runs on CPU in about a minute.
 
 # %%
 import importlib.util
 import pathlib
+import shutil
 import tempfile
 import time
 
@@ -124,6 +126,7 @@ WORDS = [TOKENIZER.decode([t]).strip() for t in ACTION_TOKENS[0]]
 N_TOKENS = len(WORDS)
 DECISIVE = next(j for j in range(N_TOKENS) if len({tokens[j] for tokens in ACTION_TOKENS}) > 1)
 COLOURS = [TOKENIZER.decode([tokens[DECISIVE]]).strip() for tokens in ACTION_TOKENS]
+TOKEN_LABELS = [word if j != DECISIVE else "(colour)" for j, word in enumerate(WORDS)]
 REWARDS = []
 for action in ACTIONS:  # the reward of each door at the first step
     env.reset(seed=0)
@@ -134,7 +137,7 @@ STEPS = env.horizon
 print("observation:", observation.text)
 for action, tokens in zip(ACTIONS, ACTION_TOKENS):
     print(f"  {action!r:28} -> tokens {tokens}")
-print(f"decisive token: position {DECISIVE + 1} of {N_TOKENS}; rewards {dict(zip(COLOURS, REWARDS))}")
+print(f"decisive token: position {DECISIVE + 1} of {N_TOKENS}; rewards {dict(zip(COLOURS, REWARDS.tolist()))}")
 assert all(len(tokens) == N_TOKENS for tokens in ACTION_TOKENS)
 assert REWARDS.tolist() == [float(c == "blue") for c in COLOURS]
 
@@ -272,10 +275,11 @@ gae = {name: step_one_advantages(name, exact[name], POLICY, lam=LAM) for name in
 v2 = POLICY @ REWARDS
 q1 = REWARDS + GAMMA * v2
 v1 = POLICY @ q1
-print("action-level advantage at step 1, Q(o1, a) - V(o1):", dict(zip(COLOURS, np.round(q1 - v1, 3))))
+print("action-level advantage at step 1, Q(o1, a) - V(o1):", dict(zip(COLOURS, np.round(q1 - v1, 3).tolist())))
 for name in METHODS:
-    print(f"\n{name}: exact values V(o1, w^<j) (rows = first action)\n{exact[name].reshape(3, 3, -1)[:, 0, : episode_streams(name)['width']]}")
-    print(f"{name}: one-step token credit (lambda = 0)\n{credit[name]}")
+    first_step = exact[name].reshape(len(ACTIONS), len(ACTIONS), -1)[:, 0, : episode_streams(name)["width"]]
+    print(f"\n{name}: exact values V(o1, w^<j) (rows = first action)\n{first_step}")
+    print(f"{name}: one-step token credit (lambda = 0)\n{np.round(credit[name], 3) + 0.0}")
 
 # %% [markdown]
 # The claims, checked:
@@ -297,9 +301,38 @@ others = [j for j in range(N_TOKENS) if j != DECISIVE]
 np.testing.assert_allclose(credit["poad"][:, DECISIVE], action_advantage, atol=1e-5)
 np.testing.assert_allclose(credit["poad"][:, others], 0.0, atol=1e-5)
 np.testing.assert_allclose(credit["ntpo"][:, others], 0.0, atol=1e-5)
-assert np.all(np.abs(credit["ntpo"][:, DECISIVE]) < np.abs(action_advantage))
+gamma_w = make_method("ntpo", GAMMA).gamma_w
+np.testing.assert_allclose(credit["ntpo"][:, DECISIVE], gamma_w * action_advantage, atol=1e-5)
+# BAD's token TD errors of an action add up to the action-level TD error.
+np.testing.assert_allclose(credit["poad"].sum(axis=1), credit["twosome"][:, 0], atol=1e-5)
 np.testing.assert_allclose(credit["twosome"], np.repeat(action_advantage[:, None], N_TOKENS, axis=1), atol=1e-5)
 print("checked")
+
+# %% [markdown]
+# The exact values along one episode (blue, then blue): BAD's critic is
+# flat over "walk to the" and moves only when a colour or a reward arrives;
+# NTPO's climbs by $1/\gamma_w$ at every token; the action-level critic has
+# one value per observation.
+
+# %%
+BLUE = COLOURS.index("blue")
+episode = EPISODES.index((BLUE, BLUE))
+fig, ax = plt.subplots(figsize=(8, 3.2), constrained_layout=True)
+positions = np.arange(STEPS * N_TOKENS)
+STYLES = {
+    "poad": dict(lw=3, marker="o"), "ntpo": dict(lw=1.5, marker="s"), "twosome": dict(lw=1.5, ls="--", marker="^")
+}
+for name in METHODS:
+    values = exact[name][episode]
+    if values.size < positions.size:  # one value per action
+        values = np.repeat(values, N_TOKENS)
+    ax.plot(positions, values, drawstyle="steps-mid", label=LABELS[name], **STYLES[name])
+blue_words = [TOKENIZER.decode([token]).strip() for token in ACTION_TOKENS[BLUE]]
+ax.set_xticks(positions, [f"{w}\n(t={t + 1})" if j == 0 else w for t in range(STEPS) for j, w in enumerate(blue_words)])
+ax.set_ylabel("$V(o_t, w_t^{<j})$")
+ax.set_title("Exact critic values before each token, episode (blue, blue)")
+ax.legend(fontsize=8)
+plt.show()
 
 # %% [markdown]
 # The heatmaps: rows are the three possible first actions, columns their
@@ -313,16 +346,18 @@ def heatmap_grid(tables: dict[str, dict[str, np.ndarray]], title: str):
     """One heatmap per (method row, table column); rows of a heatmap = actions, columns = tokens."""
     columns = list(tables)
     scale = max(np.max(np.abs(t[name])) for t in tables.values() for name in METHODS)
-    fig, axes = plt.subplots(len(METHODS), len(columns), figsize=(4.6 * len(columns), 1.5 * len(METHODS) + 0.8),
-                             squeeze=False, constrained_layout=True)
+    size = (4.6 * len(columns), 1.5 * len(METHODS) + 0.8)
+    fig, axes = plt.subplots(len(METHODS), len(columns), figsize=size, squeeze=False, constrained_layout=True)
     for i, name in enumerate(METHODS):
         for k, column in enumerate(columns):
             ax = axes[i, k]
             table = tables[column][name]
             image = ax.imshow(table, cmap="RdBu", vmin=-scale, vmax=scale, aspect="auto")
             for (r, c), value in np.ndenumerate(table):
-                ax.text(c, r, f"{value:+.2f}", ha="center", va="center", fontsize=8)
-            ax.set_xticks(range(N_TOKENS), WORDS if i == len(METHODS) - 1 else [""] * N_TOKENS)
+                text = f"{round(float(value), 2) + 0.0:+.2f}"  # + 0.0: no "-0.00"
+                colour = "white" if abs(value) > 0.6 * scale else "black"
+                ax.text(c, r, text, ha="center", va="center", fontsize=8, color=colour)
+            ax.set_xticks(range(N_TOKENS), TOKEN_LABELS if i == len(METHODS) - 1 else [""] * N_TOKENS)
             ax.set_yticks(range(len(COLOURS)), COLOURS if k == 0 else [""] * len(COLOURS))
             if i == 0:
                 ax.set_title(column)
@@ -335,7 +370,7 @@ def heatmap_grid(tables: dict[str, dict[str, np.ndarray]], title: str):
 
 heatmap_grid(
     {"token credit $\\delta_j$ ($\\lambda=0$)": credit, f"GAE advantage ($\\lambda={LAM}$)": gae},
-    f"Exact critics, policy $\\pi$ = {dict(zip(COLOURS, POLICY))}, first step",
+    f"Exact critics, policy $\\pi$ = {dict(zip(COLOURS, POLICY.tolist()))}, first step",
 )
 
 # %% [markdown]
@@ -356,12 +391,16 @@ heatmap_grid(
 # the frozen base's hidden states), 4 threads x 4 steps = 16 env steps per
 # update. POAD and NTPO decode token by token, constrained by the trie of
 # valid actions; TWOSOME scores the three actions and samples from their
-# normalised softmax. Each run spends most of its ~15 s compiling its
-# update once; an update then takes a fraction of a second.
+# normalised softmax. A run spends nearly all of its time (15-30 s on a
+# 2-core CPU) compiling the sampler and the update; an update then takes a
+# fraction of a second. The compilations are cached on disk
+# (`~/.cache/poad_jax/jax`, or `$JAX_COMPILATION_CACHE_DIR`), so a second
+# execution of the notebook is several times faster.
 
 # %%
-UPDATES = 30
+UPDATES = 40
 RUN_DIR = pathlib.Path(tempfile.mkdtemp(prefix="credit_assignment_"))
+train.enable_compilation_cache()  # as the training CLI does: running the notebook again skips most compiling
 
 
 def train_method(name: str):
@@ -396,10 +435,11 @@ ax.axhline(STEPS, color="grey", lw=0.8, ls="--")
 ax.set_xlabel("env steps")
 ax.set_ylabel("mean episode return\n(episodes ended in the update)")
 ax.set_title("toy/decisive_token, tiny random model")
-ax.legend()
+ax.legend(loc="lower right")
 plt.show()
 for name in METHODS:
     assert np.mean([r["episode_return"] for r in runs[name].records[-5:]]) > 1.0, name  # all three learn
+shutil.rmtree(RUN_DIR, ignore_errors=True)  # checkpoints and metrics.jsonl; the records stay in `runs`
 
 # %% [markdown]
 # All three find the blue door. The random initial policy disfavours blue,
@@ -456,7 +496,7 @@ def trained_policy(name: str) -> np.ndarray:
 
 
 for name in METHODS:
-    print(f"{name:8} pi(. | o_1) = {dict(zip(COLOURS, np.round(trained_policy(name)[0], 3)))}")
+    print(f"{name:8} pi(. | o_1) = {dict(zip(COLOURS, np.round(trained_policy(name)[0].astype(float), 3).tolist()))}")
 
 # %% [markdown]
 # ## 5. Learned critics: the same picture
@@ -537,7 +577,7 @@ heatmap_grid(
 # Reading the learned heatmaps:
 #
 # * **POAD**: the forced words "walk to the" get ~0, the colour gets the
-#   action-level advantage (-0.3 / +0.7 / -0.3 exactly as the exact critic).
+#   action-level advantage (-0.3 / +0.7 / -0.3, as with the exact critic).
 #   The colour's credit is a difference of two values *within one
 #   observation*, $V(o_1, \text{walk to the } c) - V(o_1, \text{walk to the})$,
 #   which the critic learns easily.
@@ -561,7 +601,6 @@ features = np.asarray(FEATURES)
 relative = np.linalg.norm(features[0, :, 0] - features[1, :, 0], axis=-1) / np.linalg.norm(features[0, :, 0], axis=-1)
 print(f"relative feature distance between o_1 and o_2: {relative.max():.4f}")
 
-others = [j for j in range(N_TOKENS) if j != DECISIVE]
 poad = learned_credit["poad"]
 np.testing.assert_allclose(poad[:, DECISIVE], action_advantage, atol=0.05)  # the colour gets Q - V
 np.testing.assert_allclose(poad[:, others[:-1]], 0.0, atol=0.03)  # "walk to the": nothing

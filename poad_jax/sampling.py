@@ -302,12 +302,18 @@ def _first_stop_string_index(tokens: np.ndarray, tokenizer, stop_strings: Sequen
 
 
 class DecodeCarry(NamedTuple):
-    """State of the decode loop; buffers are `[B, N]` (N = max new tokens)."""
+    """State of the decode loop; buffers are `[B, N]` (N = max new tokens).
+
+    `pending` is the token to feed next (at cache slot `cache.index`,
+    position `positions`): the last prompt token at first, then the last
+    sampled one.  So each step is forward(pending) -> sample, and no forward
+    is wasted on a token after which nothing is sampled.
+    """
 
     cache: KVCache
     key_mask: jax.Array  # [B, S]
-    logits: jax.Array  # [B, V] logits for the next token
-    positions: jax.Array  # [B] position of the next token
+    pending: jax.Array  # [B] int32
+    positions: jax.Array  # [B] position of the pending token
     tokens: jax.Array  # [B, N] int32
     logprobs: jax.Array  # [B, N] float32
     done: jax.Array  # [B] bool
@@ -316,19 +322,23 @@ class DecodeCarry(NamedTuple):
 
 
 def _prefill(model, tokens, mask, n_rows, cache_length: int, cache_dtype, buffer_length: int) -> DecodeCarry:
-    """Runs the left-padded prompts `[B, P]` through the model into a fresh cache.
+    """Runs the left-padded prompts `[B, P]`, all but the last slot, into a
+    fresh cache; the last prompt token becomes the pending token.
 
-    Rows >= n_rows are dummies (batch bucket padding): they start done."""
+    Rows >= n_rows are dummies (batch bucket padding): they start done.
+    """
     batch, length = tokens.shape
     cache = init_cache(model.config, batch, cache_length, cache_dtype)
     key_mask = jnp.concatenate([mask, jnp.ones((batch, cache_length - length), bool)], axis=1)
-    out = model(tokens, left_padded_positions(mask), key_mask, cache, return_logits=False)
-    logits = model.logits(out.hidden[:, -1])
+    positions = left_padded_positions(mask)
+    if length > 1:
+        out = model(tokens[:, :-1], positions[:, :-1], key_mask, cache, return_logits=False)
+        cache = out.cache
     return DecodeCarry(
-        cache=out.cache,
+        cache=cache,
         key_mask=key_mask,
-        logits=logits,
-        positions=jnp.sum(mask, axis=1).astype(jnp.int32),
+        pending=tokens[:, -1],
+        positions=positions[:, -1],
         tokens=jnp.zeros((batch, buffer_length), jnp.int32),
         logprobs=jnp.zeros((batch, buffer_length), jnp.float32),
         done=jnp.arange(batch) >= n_rows,
@@ -337,14 +347,11 @@ def _prefill(model, tokens, mask, n_rows, cache_length: int, cache_dtype, buffer
     )
 
 
-def _advance(model, carry: DecodeCarry, tokens: jax.Array) -> tuple[jax.Array, KVCache]:
-    """Feeds one token per row; returns the next logits `[B, V]` and the cache.
-
-    Unconditional on purpose: wrapping it in `lax.cond` (to skip the forward
-    once every row is done) makes XLA copy the whole KV cache every step,
-    which costs far more than the one wasted forward at the end of a call.
-    """
-    out = model(tokens[:, None], carry.positions[:, None], carry.key_mask, carry.cache)
+def _next_logits(model, carry: DecodeCarry) -> tuple[jax.Array, KVCache]:
+    """Feeds the pending token of every row; returns next-token logits `[B, V]`
+    and the updated cache.  (Every row runs, finished ones too: skipping the
+    forward with `lax.cond` made XLA copy the whole KV cache every step.)"""
+    out = model(carry.pending[:, None], carry.positions[:, None], carry.key_mask, carry.cache)
     return out.logits[:, 0], out.cache
 
 
@@ -357,18 +364,20 @@ def _decode_loop(model, carry, rng, end_step, temperature, top_k, top_p, stop_id
         return (c.step < end_step) & ~jnp.all(c.done)
 
     def body(c):
+        logits, cache = _next_logits(model, c)
         keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(rng, r), c.step))(row_ids)
-        tokens, logprobs = sample_tokens(c.logits, keys, temperature, top_k, top_p)
+        tokens, logprobs = sample_tokens(logits, keys, temperature, top_k, top_p)
         live = ~c.done
         tokens = jnp.where(live, tokens, 0)
-        c = c._replace(
+        return c._replace(
+            cache=cache,
+            pending=tokens,
+            positions=c.positions + 1,
             tokens=c.tokens.at[:, c.step].set(tokens),
             logprobs=c.logprobs.at[:, c.step].set(jnp.where(live, logprobs, 0.0)),
             done=c.done | (live & jnp.isin(tokens, stop)),
             step=c.step + 1,
         )
-        logits, cache = _advance(model, c, tokens)
-        return c._replace(logits=logits, cache=cache, positions=c.positions + 1)
 
     return jax.lax.while_loop(cond, body, carry)
 
@@ -391,8 +400,9 @@ def _constrained_loop(model, carry, rng, trie, temperature, max_steps) -> Decode
         return (c.step < max_steps) & ~jnp.all(c.done)
 
     def body(c):
+        logits, cache = _next_logits(model, c)
         tokens_k, child_k, valid_k = allowed(c.node)  # [B, K]
-        logits_k = jnp.take_along_axis(c.logits, tokens_k, axis=-1)
+        logits_k = jnp.take_along_axis(logits, tokens_k, axis=-1)
         if temperature > 0:
             logits_k = logits_k / temperature
         logits_k = jnp.where(valid_k, logits_k, -jnp.inf)
@@ -407,15 +417,16 @@ def _constrained_loop(model, carry, rng, trie, temperature, max_steps) -> Decode
         live = ~c.done
         node = jnp.where(live, child, c.node)
         token = jnp.where(live, token, 0)
-        c = c._replace(
+        return c._replace(
+            cache=cache,
+            pending=token,
+            positions=c.positions + 1,
             tokens=c.tokens.at[:, c.step].set(token),
             logprobs=c.logprobs.at[:, c.step].set(jnp.where(live, logprob, 0.0)),
             node=node,
             done=c.done | ~jnp.any(allowed(node)[2], axis=-1),
             step=c.step + 1,
         )
-        logits, cache = _advance(model, c, token)
-        return c._replace(logits=logits, cache=cache, positions=c.positions + 1)
 
     return jax.lax.while_loop(cond, body, carry)
 

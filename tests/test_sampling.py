@@ -393,3 +393,12 @@ def test_bad_input_gives_one_line_value_errors(model, sampler):
         with pytest.raises(ValueError) as info:
             case()
         assert "\n" not in str(info.value)
+
+
+def test_one_token_prompt_in_a_one_slot_bucket(model):
+    sampler = Sampler(batch_buckets=(1,), prompt_buckets=(1, 8))
+    gen = sampler.generate(model, [[7]], jax.random.key(0), SamplingConfig(temperature=0, max_new_tokens=3))
+    sequence = [7]
+    for _ in range(3):
+        sequence.append(int(np.argmax(full_forward_logits(model, sequence)[-1])))
+    assert gen.tokens[0].tolist() == sequence[1:]
