@@ -1,35 +1,36 @@
 """DataSciCoding (paper §6.2): write the body of build_model(x_train, y_train).
 
 Default: POAD on balance_scale (fully offline) with the embedded
-SmolLM2-135M-Instruct, sized to finish within 15 minutes on a 2-core CPU.
-Paper scale: --config.total_env_steps=10000 (and a GPU).
+SmolLM2-135M-Instruct, sized to finish within 15 minutes on a 2-core CPU:
+3 updates of 4 threads x 4 steps.  Paper scale (a GPU):
+--config.rollout_length=8 --config.total_env_steps=10000.
 """
 
-import importlib.util
 import pathlib
+import sys
 
-_spec = importlib.util.spec_from_file_location(
-    "poad_configs_load_base", pathlib.Path(__file__).with_name("_load_base.py")
-)
-_module = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_module)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # config files load by path
+from configs import base  # noqa: E402
 
 
 def get_config():
-    config = _module.base_config()
+    config = base.get_config()
     config.name = "datasci"
     config.env.name = "datasci/balance_scale"
-    config.env.kwargs = dict(template="chat", max_attempts=5, timeout_s=30.0)
+    # Retry prompts quote the error and the previous code; these caps keep a
+    # retry prompt under ~450 tokens (the learner's cost grows with it).
+    config.env.kwargs = dict(template="chat", max_attempts=5, timeout_s=30.0, error_chars=300, code_chars=1000)
     config.env.vector_mode = "threads"  # a step waits on the sandbox subprocess
     config.prompt_format = "chat"
     config.num_threads = 4
-    config.rollout_length = 8
-    config.total_env_steps = 64  # CPU default; the paper ran 10k env steps
+    config.rollout_length = 4  # the paper: 8
+    config.total_env_steps = 48  # CPU default; the paper ran 10k env steps
     config.sampling.temperature = 0.5
     config.sampling.top_k = 50
     config.sampling.max_new_tokens = 128
     config.ppo.gamma = 0.95
     config.ppo.actor_lr = 1e-6
     config.ppo.critic_lr = 5e-5
-    config.ppo.num_minibatches = 4
+    config.ppo.num_minibatches = 2
+    config.ppo.accumulation_steps = 2  # micro-batches of 4 rows bound activation memory
     return config

@@ -3,18 +3,15 @@
 Other task: --config.env.name=overcooked/tomato_lettuce_salad
 """
 
-import importlib.util
 import pathlib
+import sys
 
-_spec = importlib.util.spec_from_file_location(
-    "poad_configs_load_base", pathlib.Path(__file__).with_name("_load_base.py")
-)
-_module = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_module)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # config files load by path
+from configs import base  # noqa: E402
 
 
 def get_config():
-    config = _module.base_config()
+    config = base.get_config()
     config.name = "overcooked"
     config.env.name = "overcooked/tomato_salad"
     config.prompt_format = "raw"

@@ -156,6 +156,19 @@ def load_model(config: ml_collections.ConfigDict):
         raise TrainError(str(error)) from None
 
 
+def load_config_file(path: str | pathlib.Path) -> ml_collections.ConfigDict:
+    """`get_config()` of a config file given by path (as `--config=` does)."""
+    import importlib.util
+
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise TrainError(f"no config file at {path}")
+    spec = importlib.util.spec_from_file_location(f"poad_config_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
 def default_workdir(config: ml_collections.ConfigDict) -> pathlib.Path:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return pathlib.Path("runs") / f"{config.name}-{config.method}-{stamp}"

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 
 import jax
@@ -39,11 +38,6 @@ from poad_jax.sampling import Sampler
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def toy_config():
-    spec = importlib.util.spec_from_file_location("toy_config", REPO / "configs" / "toy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
 
 
 def collect_batch(method_name: str, num_threads=4, rollout_length=4, seed=0):
@@ -175,7 +169,7 @@ def test_advantages_follow_the_method():
 
 @pytest.mark.parametrize("method_name", ["poad", "ntpo", "twosome"])
 def test_methods_learn_the_decisive_token_task(tmp_path, method_name):
-    config = toy_config()
+    config = train.load_config_file(REPO / "configs" / "toy.py")
     config.method = method_name
     updates = 60 if method_name == "poad" else 25
     config.total_env_steps = config.num_threads * config.rollout_length * updates

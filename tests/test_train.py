@@ -3,7 +3,6 @@ and a short real run on the embedded default model and task."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -23,15 +22,10 @@ from poad_jax.logging import read_metrics
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def load_config(name: str):
-    spec = importlib.util.spec_from_file_location(f"config_{name}", REPO / "configs" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
 
 
 def short_toy_config(updates: int):
-    config = load_config("toy")
+    config = train.load_config_file(REPO / "configs" / "toy.py")
     config.total_env_steps = config.num_threads * config.rollout_length * updates
     config.tensorboard = False
     config.plot = False
@@ -98,7 +92,7 @@ def test_kill_minus_nine_then_resume(tmp_path):
     ],
 )
 def test_bad_configs_fail_with_one_clear_line(tmp_path, override, message):
-    config = load_config("toy")
+    config = train.load_config_file(REPO / "configs" / "toy.py")
     key, value = override.removeprefix("--config.").split("=")
     node = config
     *parents, leaf = key.split(".")
@@ -155,7 +149,7 @@ def test_run_writes_logs_and_curves(tmp_path):
 @pytest.mark.slow
 def test_short_real_run_on_embedded_default(tmp_path):
     """A few env steps of the default job: SmolLM2-135M-Instruct on datasci/balance_scale."""
-    config = load_config("datasci")
+    config = train.load_config_file(REPO / "configs" / "datasci.py")
     config.num_threads = 2
     config.rollout_length = 2
     config.total_env_steps = 4

@@ -12,7 +12,6 @@ config (4 threads x 8 steps) with each model.  Last line: one JSON object.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import tempfile
@@ -22,21 +21,17 @@ import jax
 import numpy as np
 
 import envs_py
+from poad_jax import train
 from poad_jax.models import load
 from poad_jax.sampling import Sampler, SamplingConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def datasci_config():
-    spec = importlib.util.spec_from_file_location("datasci_config", REPO / "configs" / "datasci.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
 
 
 def sample_programs(model_name: str, samples: int, batch: int, seed: int) -> tuple[list[str], float]:
-    config = datasci_config()
+    config = train.load_config_file(REPO / "configs" / "datasci.py")
     model, tokenizer = load(model_name)
     env = envs_py.make(config.env.name, **dict(config.env.kwargs))
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": env.reset(seed=0).text}])
@@ -57,7 +52,7 @@ def sample_programs(model_name: str, samples: int, batch: int, seed: int) -> tup
 
 
 def score_programs(texts: list[str]) -> list[dict]:
-    config = datasci_config()
+    config = train.load_config_file(REPO / "configs" / "datasci.py")
     results = []
     for text in texts:
         env = envs_py.make(config.env.name, **dict(config.env.kwargs, max_attempts=1))
@@ -69,9 +64,7 @@ def score_programs(texts: list[str]) -> list[dict]:
 
 
 def iteration_seconds(model_name: str) -> dict[str, float]:
-    from poad_jax import train
-
-    config = datasci_config()
+    config = train.load_config_file(REPO / "configs" / "datasci.py")
     config.model = model_name
     config.tensorboard = False
     config.plot = False

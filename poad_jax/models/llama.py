@@ -272,7 +272,7 @@ class DecoderLayers(nnx.Module):
         q_out = config.num_attention_heads * head_dim
         kv_out = config.num_key_value_heads * head_dim
         inter = config.intermediate_size
-        self.shapes = {
+        shapes = {  # a local: a dict attribute would make the GraphDef unhashable
             "q_proj": (hidden, q_out),
             "k_proj": (hidden, kv_out),
             "v_proj": (hidden, kv_out),
@@ -286,13 +286,13 @@ class DecoderLayers(nnx.Module):
         self.weights = nnx.Dict(
             {
                 name: nnx.Param(_normal(rngs, (n_layers, *shape), param_dtype))
-                for name, shape in self.shapes.items()
+                for name, shape in shapes.items()
             }
         )
         if config.attention_bias:
             self.biases = nnx.Dict(
                 {
-                    name: nnx.Param(jnp.zeros((n_layers, self.shapes[name][1]), param_dtype))
+                    name: nnx.Param(jnp.zeros((n_layers, shapes[name][1]), param_dtype))
                     for name in ("q_proj", "k_proj", "v_proj")
                 }
             )
@@ -302,7 +302,7 @@ class DecoderLayers(nnx.Module):
         self.lora_b = nnx.Dict({})
         if lora is not None:
             for name in lora.targets:
-                fan_in, fan_out = self.shapes[name]
+                fan_in, fan_out = shapes[name]
                 bound = 1.0 / math.sqrt(fan_in)  # kaiming-uniform(a=sqrt(5)) bound, as PEFT
                 self.lora_a[name] = nnx.LoRAParam(
                     jax.random.uniform(
@@ -387,32 +387,39 @@ class Llama(nnx.Module):
                 y = y + ((h @ a) @ b) * jnp.asarray(lora_scale, dtype)
             return y
 
-        def layer_step(x, xs):
-            layer, layer_cache = xs
+        def layer_step(carry, xs):
+            x, cache_k, cache_v = carry
+            layer, index = xs
             h = rms_norm(x, layer["input_norm"], config.rms_norm_eps)
             q = project(h, layer, "q_proj").reshape(batch, length, n_heads, head_dim)
             k = project(h, layer, "k_proj").reshape(batch, length, n_kv, head_dim)
             v = project(h, layer, "v_proj").reshape(batch, length, n_kv, head_dim)
             q = apply_rope(q, positions, inv_freq)
             k = apply_rope(k, positions, inv_freq)
-            if layer_cache is not None:
-                k_all, v_all = layer_cache
-                k_all = jax.lax.dynamic_update_slice(k_all, k.astype(k_all.dtype), (0, start, 0, 0))
-                v_all = jax.lax.dynamic_update_slice(v_all, v.astype(v_all.dtype), (0, start, 0, 0))
-                new_cache = (k_all, v_all)
+            if cache_k is not None:
+                # The whole cache rides in the scan carry and only the new slots
+                # are written: XLA then updates it in place.  As scan xs/ys
+                # (one slice per layer) it was copied whole on every decode step.
+                slot = (index, 0, start, 0, 0)
+                cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype)[None], slot)
+                cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype)[None], slot)
+                k_all = jax.lax.dynamic_index_in_dim(cache_k, index, 0, keepdims=False)
+                v_all = jax.lax.dynamic_index_in_dim(cache_v, index, 0, keepdims=False)
             else:
                 k_all, v_all = k, v
-                new_cache = None
             attended = grouped_query_attention(q, k_all.astype(dtype), v_all.astype(dtype), mask)
             x = x + project(attended.reshape(batch, length, n_heads * head_dim), layer, "o_proj")
             h = rms_norm(x, layer["post_attention_norm"], config.rms_norm_eps)
             gated = jax.nn.silu(project(h, layer, "gate_proj")) * project(h, layer, "up_proj")
             x = x + project(gated, layer, "down_proj")
-            return x, new_cache
+            return (x, cache_k, cache_v), None
 
         x = self.embed[...].astype(dtype)[tokens]
-        layer_caches = (cache.k, cache.v) if cache is not None else None
-        x, new_caches = jax.lax.scan(layer_step, x, (stacked, layer_caches))
+        init = (x, cache.k, cache.v) if cache is not None else (x, None, None)
+        (x, new_k, new_v), _ = jax.lax.scan(
+            layer_step, init, (stacked, jnp.arange(config.num_hidden_layers, dtype=jnp.int32))
+        )
+        new_caches = (new_k, new_v)
         hidden = rms_norm(x, self.final_norm[...], config.rms_norm_eps)
         new_cache = None
         if cache is not None:

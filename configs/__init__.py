@@ -1,0 +1,1 @@
+"""Training configurations (ml_collections), loaded by path: --config=configs/<task>.py."""
