@@ -195,8 +195,8 @@ def _fresh_critic_lora(model, seed: int):
         if jnp.any(leaf):  # an A matrix [L, in, r]
             bound = 1.0 / np.sqrt(leaf.shape[-2])
             fresh.append(jax.random.uniform(key, leaf.shape, leaf.dtype, -bound, bound))
-        else:  # a B matrix: zero
-            fresh.append(leaf)
+        else:  # a B matrix: zero (a new buffer: the actor's B must not be aliased)
+            fresh.append(jnp.zeros_like(leaf))
     return jax.tree.unflatten(treedef, fresh)
 
 
@@ -233,7 +233,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
     update_fn, update_compiles = make_update_fn(graph, method, lconfig)
     state = init_train_state(params, lconfig, jax.random.key(int(config.seed)))
-    target_head = state.params["head"]
+    target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
 
     checkpointer = checkpoint_lib.RunCheckpointer(workdir, int(config.keep_checkpoints))
     logger = run_logging.MetricsLogger(workdir, tensorboard=bool(config.tensorboard))
@@ -247,7 +247,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
         checkpoint_lib.set_numpy_rng_state(collector.np_rng, meta["numpy_rng"])
         rollout_rng = jax.random.wrap_key_data(jnp.asarray(meta["rollout_rng"], jnp.uint32))
         collector.observations = envs.reset(meta["episode_counters"])
-        target_head = state.params["head"]  # the target critic restarts from the current head
+        target_head = jax.tree.map(jnp.copy, state.params["head"])  # restarts from the current head
         records = logger.truncate_after(int(meta["update"]))
         if show_progress:
             print(f"resuming {workdir} from update {meta['update']} ({collector.env_steps} env steps)")
@@ -286,7 +286,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
             learner_seconds = time.perf_counter() - start
             update = int(state.update_step)
             if config.critic.target_update_every > 0 and update % int(config.critic.target_update_every) == 0:
-                target_head = state.params["head"]
+                target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
             record = {
                 "update": update,
                 "env_steps": collector.env_steps,

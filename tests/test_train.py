@@ -164,3 +164,19 @@ def test_short_real_run_on_embedded_default(tmp_path):
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl"):
         assert np.isfinite(record[key]), key
     assert (tmp_path / "real" / "curves.png").exists()
+
+
+def test_critic_lora_and_target_critic_run(tmp_path):
+    """The critic-LoRA variant (a second adapter state on the same frozen base)
+    and the target critic (hard copy every K updates) train end to end."""
+    config = short_toy_config(3)
+    config.critic.kind = "lora"
+    config.critic.target_update_every = 2
+    result = train.run(config, tmp_path / "critic_lora", show_progress=False)
+    params = result.state.params
+    assert set(params) == {"actor", "head", "critic_lora"}
+    critic_b = np.asarray(params["critic_lora"]["layers"]["lora_b"]["q_proj"][...])
+    actor_b = np.asarray(params["actor"]["layers"]["lora_b"]["q_proj"][...])
+    assert np.any(critic_b != 0) and not np.array_equal(critic_b, actor_b)
+    for record in result.records:
+        assert np.isfinite(record["value_loss"]) and record["compiles_learner"] == 1
