@@ -30,14 +30,14 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 
-def sample_programs(model_name: str, samples: int, batch: int, seed: int) -> tuple[list[str], float]:
+def sample_programs(model_name: str, samples: int, batch: int, seed: int, max_new_tokens: int | None = None) -> tuple[list[str], float]:
     config = train.load_config_file(REPO / "configs" / "datasci.py")
     model, tokenizer = load(model_name)
     env = envs_py.make(config.env.name, **dict(config.env.kwargs))
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": env.reset(seed=0).text}])
     sampling = SamplingConfig(
         temperature=config.sampling.temperature, top_k=config.sampling.top_k,
-        max_new_tokens=config.sampling.max_new_tokens, stop_token_ids=tuple(tokenizer.eos_token_ids),
+        max_new_tokens=max_new_tokens or config.sampling.max_new_tokens, stop_token_ids=tuple(tokenizer.eos_token_ids),
     )
     sampler = Sampler()
     texts = []
@@ -79,12 +79,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: configs/datasci.py's (128)")
     parser.add_argument("--iteration", action="store_true", help="also time one PPO iteration per model")
     args = parser.parse_args(argv)
-    summary = {"bench": "codegen", "samples": args.samples, "models": {}}
+    summary = {"bench": "codegen", "samples": args.samples, "max_new_tokens": args.max_new_tokens or 128, "models": {}}
     print(f"{'model':<30}{'success':>9}{'mean AUC':>10}{'gen s':>8}")
     for name in args.models.split(","):
-        texts, seconds = sample_programs(name, args.samples, args.batch, args.seed)
+        texts, seconds = sample_programs(name, args.samples, args.batch, args.seed, args.max_new_tokens)
         results = score_programs(texts)
         aucs = [r["reward"] for r in results if r["success"]]
         entry = {
