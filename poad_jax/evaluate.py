@@ -23,17 +23,15 @@ from poad_jax.methods import make_method
 from poad_jax.rollout import RolloutCollector
 from poad_jax.sampling import Sampler
 
-ALIASES = {
-    "all-virtualhome": [
-        "virtualhome/food_preparation",
-        "virtualhome/food_preparation_cheese",
-        "virtualhome/food_preparation_hamburger",
-        "virtualhome/food_preparation_apple_pie",
-        "virtualhome/food_preparation_pizza",
-        "virtualhome/food_preparation_washing_plate",
-        "virtualhome/food_preparation_laundry",
-    ]
-}
+def expand_env_names(names: list[str]) -> list[str]:
+    """Expands `all-virtualhome` to food preparation and all its registered variants."""
+    expanded = []
+    for name in names:
+        if name == "all-virtualhome":
+            expanded.extend(n for n in envs_py.registry() if n.startswith("virtualhome/food_preparation"))
+        else:
+            expanded.append(name)
+    return expanded
 
 
 @dataclasses.dataclass
@@ -99,9 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     except ExportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    names = []
-    for name in args.env or [config.env.name]:
-        names.extend(ALIASES.get(name, [name]))
+    names = expand_env_names(args.env or [config.env.name])
     known = envs_py.registry()
     unknown = [n for n in names if n not in known]
     if unknown:

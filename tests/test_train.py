@@ -180,3 +180,9 @@ def test_critic_lora_and_target_critic_run(tmp_path):
     assert np.any(critic_b != 0) and not np.array_equal(critic_b, actor_b)
     for record in result.records:
         assert np.isfinite(record["value_loss"]) and record["compiles_learner"] == 1
+
+
+def test_all_virtualhome_expands_to_the_task_and_its_six_variants():
+    names = evaluate.expand_env_names(["all-virtualhome"])
+    variants = ("cheese", "hamburger", "apple_pie", "pizza", "washing_plate", "laundry")
+    assert sorted(names) == sorted(["virtualhome/food_preparation"] + [f"virtualhome/food_preparation_{v}" for v in variants])
