@@ -21,21 +21,12 @@ import time
 
 import envs_py
 
-DEFAULT_NAMES = (
-    "overcooked/tomato_salad",
-    "overcooked/tomato_lettuce_salad",
-    "virtualhome/food_preparation",
-    "virtualhome/entertainment",
-    "virtualhome/food_preparation_cheese",
-    "virtualhome/food_preparation_hamburger",
-    "virtualhome/food_preparation_apple_pie",
-    "virtualhome/food_preparation_pizza",
-    "virtualhome/food_preparation_washing_plate",
-    "virtualhome/food_preparation_laundry",
-)
 TARGETS = {"overcooked": 1_000.0, "virtualhome": 10_000.0}  # steps/s the issue aims for
 
 
+def default_names() -> tuple[str, ...]:
+    """Every registered Overcooked and VirtualHome environment."""
+    return tuple(name for name in envs_py.registry() if name.split("/")[0] in TARGETS)
 def measure(name: str, seconds: float, seed: int) -> dict:
     """Steps `name` for about `seconds`; returns steps, episodes and rates."""
     env = envs_py.make(name)
@@ -71,9 +62,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m poad_jax.bench envs", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.5, help="CPU-time budget per environment")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--envs", nargs="*", default=list(DEFAULT_NAMES),
-                        help=f"environment names (default: {' '.join(DEFAULT_NAMES)})")
+    parser.add_argument("--envs", nargs="*", default=None,
+                        help="environment names (default: every Overcooked and VirtualHome env)")
     args = parser.parse_args(argv)
+    if args.envs is None:
+        args.envs = list(default_names())
     known = envs_py.registry()
     unknown = [n for n in args.envs if n not in known]
     if unknown:
