@@ -12,16 +12,7 @@ builds the env (and loads its data) on demand.
 
 from envs_py.base import register
 
-DATASET_NAMES = (
-    "balance_scale",
-    "breast_w",
-    "pharyngitis",
-    "health_insurance",
-    "spaceship_titanic",
-    "airlines",
-    "sklearn_breast_cancer",
-    "sklearn_wine",
-)
+from envs_py.datasci.names import DATASET_NAMES  # noqa: E402
 
 for _name in DATASET_NAMES:
     register(

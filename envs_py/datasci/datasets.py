@@ -43,16 +43,7 @@ import numpy as np
 DATA_DIR_ENV = "POAD_DATA_DIR"
 DEFAULT_DATA_DIR = pathlib.Path("~/.cache/poad_jax/datasets")
 
-PAPER_DATASETS = (
-    "balance_scale",
-    "breast_w",
-    "pharyngitis",
-    "health_insurance",
-    "spaceship_titanic",
-    "airlines",
-)
-SKLEARN_DATASETS = ("sklearn_breast_cancer", "sklearn_wine")
-DATASET_NAMES = PAPER_DATASETS + SKLEARN_DATASETS
+from envs_py.datasci.names import DATASET_NAMES  # noqa: E402
 
 # CAAFE's OpenML benchmark, in the order `load_all_data` processes it:
 # (CAAFE name, OpenML id, rows in the OpenML table, fraction p kept).

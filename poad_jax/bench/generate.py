@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pathlib
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from poad_jax.bench import _sides
 
 MODEL_NAME = "smollm2-135m-instruct"
 SMOLLM2_SHAPES = dict(
@@ -159,17 +159,10 @@ def model_directory(random_weights: bool, scratch: str) -> tuple[str, str]:
 
 def run_side(side: str, directory: str, args) -> dict:
     """Runs one side in a fresh subprocess (own peak RSS); returns its JSON."""
-    command = [
-        sys.executable, "-m", "poad_jax.bench", "generate", f"--side={side}", f"--directory={directory}",
-        f"--batch={args.batch}", f"--prompt-tokens={args.prompt_tokens}",
+    return _sides.run_side("generate", side, [
+        f"--directory={directory}", f"--batch={args.batch}", f"--prompt-tokens={args.prompt_tokens}",
         f"--new-tokens={args.new_tokens}", f"--repeats={args.repeats}",
-    ]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(pathlib.Path(__file__).parents[2]), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr[-4000:])
-        raise SystemExit(f"error: the {side} side failed (exit {done.returncode})")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    ])
 
 
 def main(argv: list[str]) -> int:

@@ -34,13 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pathlib
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from poad_jax.bench import _sides
 
 ROWS = 8
 PROMPT = 128
@@ -239,20 +239,14 @@ def model_directory(random_weights: bool, scratch: str) -> tuple[str, str]:
 
 def run_side(side: str, directory: str, args) -> dict:
     """Runs one side in a fresh subprocess; returns its JSON line."""
-    command = [
-        sys.executable, "-m", "poad_jax.bench", "train_step", f"--side={side}", f"--directory={directory}",
-        f"--rows={args.rows}", f"--prompt={args.prompt}", f"--action={args.action}", f"--threads={args.threads}",
-        f"--steps={args.steps}", f"--variant={args.variant}",
+    arguments = [
+        f"--directory={directory}", f"--rows={args.rows}", f"--prompt={args.prompt}", f"--action={args.action}",
+        f"--threads={args.threads}", f"--steps={args.steps}", f"--variant={args.variant}",
     ] + (["--profile"] if args.profile else [])
-    root = str(pathlib.Path(__file__).parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    extra_env = {}
     if side == "jax" and args.xla_flags:
-        env["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), args.xla_flags]))
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr[-4000:])
-        raise SystemExit(f"error: the {side} side failed (exit {done.returncode})")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        extra_env["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), args.xla_flags]))
+    return _sides.run_side("train_step", side, arguments, extra_env)
 
 
 def main(argv: list[str]) -> int:

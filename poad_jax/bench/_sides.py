@@ -1,0 +1,26 @@
+"""Runs one side of a side-by-side benchmark in a fresh subprocess.
+
+Each side gets its own process so that its peak RSS is its own; the child
+prints one JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+
+def run_side(bench: str, side: str, arguments: list[str], extra_env: dict[str, str] | None = None) -> dict:
+    """`python -m poad_jax.bench <bench> --side=<side> <arguments>`; returns its last-line JSON."""
+    command = [sys.executable, "-m", "poad_jax.bench", bench, f"--side={side}", *arguments]
+    root = str(pathlib.Path(__file__).parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    env.update(extra_env or {})
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(f"error: the {side} side failed (exit {done.returncode})")
+    return json.loads(done.stdout.strip().splitlines()[-1])
