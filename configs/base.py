@@ -18,6 +18,11 @@ def get_config() -> ml_collections.ConfigDict:
     # a Hugging Face directory, or a .gguf file.
     config.model = "smollm2-135m-instruct"
     config.dtype = "float32"  # float32 on CPU; bfloat16 on GPU
+    # Matmul operands: "float32" (matmuls in `dtype`, exact) or "bfloat16"
+    # (bfloat16 base weights and operands, float32 accumulation: 1.7x the
+    # learner's and 1.3x the sampler's speed on CPUs with AMX/AVX-512-BF16).
+    config.matmul_dtype = "float32"
+    config.remat = "full"  # full | dots | none: what the layer scan keeps for backward
     config.lora = ml_collections.ConfigDict(dict(rank=8, alpha=16.0, targets=("q_proj", "v_proj")))
 
     config.env = ml_collections.ConfigDict()

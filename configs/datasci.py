@@ -23,6 +23,7 @@ def get_config():
     config.env.kwargs = dict(template="chat", max_attempts=5, timeout_s=30.0, error_chars=300, code_chars=1000)
     config.env.vector_mode = "threads"  # a step waits on the sandbox subprocess
     config.prompt_format = "chat"
+    config.matmul_dtype = "bfloat16"  # CPU speed: see configs/base.py; "float32" for exact matmuls
     config.num_threads = 4
     config.rollout_length = 4  # the paper: 8
     config.total_env_steps = 32  # CPU default; the paper ran 10k env steps

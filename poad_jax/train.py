@@ -31,7 +31,7 @@ from poad_jax import checkpoint as checkpoint_lib
 from poad_jax import logging as run_logging
 from poad_jax.learner import LearnerConfig, init_train_state, make_update_fn
 from poad_jax.methods import METHODS, UnknownMethodError, make_method
-from poad_jax.models.llama import LoraConfig
+from poad_jax.models.llama import REMAT_POLICIES, LoraConfig
 from poad_jax.policy import ValueHead, split_policy
 from poad_jax.rollout import (
     RolloutCollector,
@@ -45,6 +45,7 @@ from poad_jax.rollout import (
 from poad_jax.sampling import Sampler, SamplingConfig
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+MATMUL_DTYPES = {"float32": None, "bfloat16": jnp.bfloat16}  # float32: matmuls in `dtype`
 
 
 class TrainError(Exception):
@@ -61,6 +62,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise TrainError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
     if config.dtype not in DTYPES:
         raise TrainError(f"dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}")
+    if config.get("matmul_dtype", "float32") not in MATMUL_DTYPES:
+        raise TrainError(f"matmul_dtype must be one of {', '.join(MATMUL_DTYPES)}, got {config.matmul_dtype!r}")
+    if config.get("remat", "full") not in REMAT_POLICIES:
+        raise TrainError(f"remat must be one of {', '.join(REMAT_POLICIES)}, got {config.remat!r}")
     for name in ("num_threads", "rollout_length", "total_env_steps"):
         if int(config[name]) < 1:
             raise TrainError(f"{name} must be >= 1, got {config[name]}")
@@ -144,14 +149,15 @@ def load_model(config: ml_collections.ConfigDict):
         rank=int(config.lora.rank), alpha=float(config.lora.alpha), targets=tuple(config.lora.targets)
     )
     dtype = DTYPES[config.dtype]
+    options = dict(matmul_dtype=MATMUL_DTYPES[config.get("matmul_dtype", "float32")], remat=config.get("remat", "full"))
     if config.model == "tiny-random":
         from poad_jax.models.tiny import tiny_random_model
 
-        return tiny_random_model(seed=int(config.seed), lora=lora, dtype=dtype)
+        return tiny_random_model(seed=int(config.seed), lora=lora, dtype=dtype, **options)
     from poad_jax.models import ModelLoadError, load
 
     try:
-        return load(config.model, dtype=dtype, lora=lora)
+        return load(config.model, dtype=dtype, lora=lora, **options)
     except ModelLoadError as error:
         raise TrainError(str(error)) from None
 

@@ -89,6 +89,8 @@ def test_kill_minus_nine_then_resume(tmp_path):
         ("--config.env.name=nowhere/none", "unknown environment"),
         ("--config.model=/no/such/model", "/no/such/model"),
         ("--config.ppo.num_minibatches=3", "divisible"),
+        ("--config.matmul_dtype=int8", "matmul_dtype must be one of"),
+        ("--config.remat=sometimes", "remat must be one of"),
     ],
 )
 def test_bad_configs_fail_with_one_clear_line(tmp_path, override, message):

@@ -20,6 +20,7 @@ one minibatch:
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -70,7 +71,7 @@ class TorchPPOStep:
     def __init__(self, directory: str, head_sizes=(1024, 512), *, lora_rank=8, lora_alpha=16.0,
                  targets=("q_proj", "v_proj"), actor_lr=1e-6, critic_lr=5e-5, adam_eps=1e-5,
                  gamma=0.95, lam=0.95, clip_eps=0.2, value_clip_eps=0.2, vf_coef=0.5,
-                 ent_coef=0.01, max_grad_norm=0.5, target_kl=0.02, temperature=1.0):
+                 ent_coef=0.01, max_grad_norm=0.5, target_kl=0.02, temperature=1.0, autocast_dtype=None):
         from peft import LoraConfig, get_peft_model
         from transformers import LlamaForCausalLM
 
@@ -84,6 +85,7 @@ class TorchPPOStep:
         self.actor_params = [p for p in self.model.parameters() if p.requires_grad]
         self.actor_opt = torch.optim.Adam(self.actor_params, lr=actor_lr, eps=adam_eps)
         self.critic_opt = torch.optim.Adam(self.head.parameters(), lr=critic_lr, eps=adam_eps)
+        self.autocast_dtype = autocast_dtype  # e.g. torch.bfloat16: the forward under CPU autocast
         self.hp = dict(gamma=gamma, lam=lam, clip_eps=clip_eps, value_clip_eps=value_clip_eps, vf_coef=vf_coef,
                        ent_coef=ent_coef, max_grad_norm=max_grad_norm, target_kl=target_kl,
                        temperature=temperature)
@@ -116,7 +118,12 @@ class TorchPPOStep:
         std = masked_mean((advantages - mean) ** 2, mask).sqrt()
         advantages = torch.where(mask, (advantages - mean) / (std + 1e-8), 0.0)
 
-        logprobs, entropy = self.action_logprobs(batch["tokens"], batch["positions"], batch["prompt_len"])
+        if self.autocast_dtype is None:
+            autocast = contextlib.nullcontext()
+        else:
+            autocast = torch.autocast("cpu", dtype=self.autocast_dtype)
+        with autocast:
+            logprobs, entropy = self.action_logprobs(batch["tokens"], batch["positions"], batch["prompt_len"])
         values = self.head(batch["features"])[..., 0]
         old_logprobs, old_values = batch["old_logprobs"], batch["old_values"]
         ratio = torch.exp(logprobs - old_logprobs)

@@ -11,6 +11,11 @@ then the best of `--repeats` calls.
   generate tok/s = batch * new tokens / wall time of a whole generate call
   prefill tok/s  = batch * prompt tokens / wall time of generate with 1 new token
 
+`--matmul-dtype` (ours, default bfloat16: bfloat16 weights and matmul
+operands, float32 accumulation, see `poad_jax.models.llama.Llama`) and
+`--torch-dtype` (PyTorch, default float32) set each side's precision; the
+summary names both.
+
 PyTorch is only in the `bench` extra (`pip install torch==2.13.0`).  With
 `--random-weights` (or when the embedded model cannot be loaded) a random
 model of the real SmolLM2 shapes is written to a temporary directory and used
@@ -77,7 +82,10 @@ def run_jax(directory: str, args) -> dict:
     from poad_jax.models import hf_io
     from poad_jax.sampling import Sampler, SamplingConfig
 
-    model = hf_io.load_hf_model(directory, lora=None)
+    import jax.numpy as jnp
+
+    matmul_dtype = None if args.matmul_dtype == "float32" else jnp.dtype(args.matmul_dtype)
+    model = hf_io.load_hf_model(directory, lora=None, matmul_dtype=matmul_dtype)
     prompts = prompt_ids(args.batch, args.prompt_tokens, model.config.vocab_size)
     sampler = Sampler()
     rng = jax.random.key(0)
@@ -105,7 +113,7 @@ def run_torch(directory: str, args) -> dict:
         raise SystemExit("error: PyTorch is needed for the baseline: pip install torch==2.13.0 (the bench extra)")
     from transformers import LlamaForCausalLM
 
-    model = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    model = LlamaForCausalLM.from_pretrained(directory, dtype=getattr(torch, args.torch_dtype))
     model.eval()
     prompts = prompt_ids(args.batch, args.prompt_tokens, model.config.vocab_size)
     input_ids = torch.tensor(prompts, dtype=torch.long)
@@ -162,6 +170,7 @@ def run_side(side: str, directory: str, args) -> dict:
     return _sides.run_side("generate", side, [
         f"--directory={directory}", f"--batch={args.batch}", f"--prompt-tokens={args.prompt_tokens}",
         f"--new-tokens={args.new_tokens}", f"--repeats={args.repeats}",
+        f"--matmul-dtype={args.matmul_dtype}", f"--torch-dtype={args.torch_dtype}",
     ])
 
 
@@ -172,6 +181,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--random-weights", action="store_true", help="random model of SmolLM2 shapes")
+    parser.add_argument("--matmul-dtype", choices=("float32", "bfloat16"), default="bfloat16",
+                        help="ours: bfloat16 weights and matmul operands with float32 accumulation, or all float32")
+    parser.add_argument("--torch-dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="PyTorch side: model dtype (float32 is the issue's baseline)")
     parser.add_argument("--side", choices=("both", "jax", "torch"), default="both", help=argparse.SUPPRESS)
     parser.add_argument("--directory", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -192,7 +205,8 @@ def main(argv: list[str]) -> int:
     generated = args.batch * args.new_tokens
     prompt = args.batch * args.prompt_tokens
     rows = []
-    for name, side in (("poad_jax (jit while_loop)", ours), ("transformers + PyTorch", theirs)):
+    for name, side in ((f"poad_jax ({args.matmul_dtype} matmuls)", ours),
+                       (f"transformers + PyTorch ({args.torch_dtype})", theirs)):
         side["tok_s"] = generated / side["generate_s"]
         side["prefill_tok_s"] = prompt / side["prefill_s"]
         rows.append((name, side))
@@ -202,9 +216,9 @@ def main(argv: list[str]) -> int:
     ratio = ours["tok_s"] / theirs["tok_s"]
     print(f"generate: {source}, CPU, batch {args.batch}, {args.prompt_tokens}-token prompts, "
           f"{args.new_tokens} new tokens (greedy, no early stop), best of {args.repeats}")
-    print(f"{'side':28s} {'generate tok/s':>15s} {'prefill tok/s':>14s} {'wall s':>8s} {'peak RSS MiB':>13s}")
+    print(f"{'side':36s} {'generate tok/s':>15s} {'prefill tok/s':>14s} {'wall s':>8s} {'peak RSS MiB':>13s}")
     for name, side in rows:
-        print(f"{name:28s} {side['tok_s']:15.1f} {side['prefill_tok_s']:14.1f} "
+        print(f"{name:36s} {side['tok_s']:15.1f} {side['prefill_tok_s']:14.1f} "
               f"{side['generate_s']:8.2f} {side['peak_rss_mib']:13.0f}")
     print(f"ratio (ours / PyTorch generate tok/s): {ratio:.2f}; greedy tokens identical for the first "
           f"{agree:.1f} of {args.new_tokens} steps on average; our compilations: {ours['compiles']}")
@@ -221,6 +235,8 @@ def main(argv: list[str]) -> int:
         "prompt_tokens": args.prompt_tokens,
         "new_tokens": args.new_tokens,
         "greedy_agreement_steps": round(agree, 1),
+        "matmul_dtype": args.matmul_dtype,
+        "torch_dtype": args.torch_dtype,
         "model": source,
         "device": "cpu",
     }

@@ -1,6 +1,6 @@
 """`python -m poad_jax.bench train_step`: our jit PPO update vs PyTorch + PEFT.
 
-SmolLM2-135M-Instruct shapes, CPU float32, 8 sequences x 256 tokens (prompt
+SmolLM2-135M-Instruct shapes, CPU, 8 sequences x 256 tokens (prompt
 128 + action 128, every action token valid), LoRA r=8 alpha 16 on q_proj and
 v_proj, critic = MLP head (576 -> 1024 -> 512 -> 1) on precomputed frozen-base
 features.  One POAD update with one epoch and one minibatch on both sides:
@@ -19,12 +19,13 @@ both sides alike.
 
   tokens/s = rows x (prompt + action tokens) / wall time of one update
 
-`--variant` (ours only) prototypes model-code changes for measurement, by
-wrapping the layer scan of `poad_jax.models.llama` in this process only:
-  base          the library as it is
-  remat         jax.checkpoint around the scanned layer (nothing saved)
-  remat_dots    jax.checkpoint saving matmul outputs without batch dims
-  unroll        the layer scan fully unrolled
+Precision and memory options (ours: the library's model options; see
+`poad_jax.models.llama.Llama`):
+  --matmul-dtype  bfloat16 (default): bfloat16 operands, float32
+                  accumulation, forward and backward; float32: all float32
+  --remat         full (default) | dots | none: what the layer scan saves
+  --torch-dtype   float32 (default, the issue's baseline) | bfloat16: the
+                  PyTorch forward under torch.autocast("cpu", bfloat16)
 `--profile` times, for our side, the forward (loss only), forward + backward
 (value_and_grad) and the whole update as separate jit functions.
 """
@@ -41,12 +42,12 @@ import tempfile
 import time
 
 from poad_jax.bench import _sides
+from poad_jax.models.llama import REMAT_POLICIES
 
 ROWS = 8
 PROMPT = 128
 ACTION = 128
 THREADS = 4  # rows = threads x steps per thread
-VARIANTS = ("base", "remat", "remat_dots", "unroll")
 
 
 def peak_rss_mib() -> float:
@@ -70,29 +71,7 @@ def synthetic_arrays(args, vocab_size: int, hidden_size: int) -> dict:
     }
 
 
-def install_variant(name: str) -> None:
-    """Wraps `jax.lax.scan` so the model's layer scan (`layer_step`) gets the variant (this process only)."""
-    if name == "base":
-        return
-    import jax
-
-    original = jax.lax.scan
-
-    def scan(f, init, xs=None, length=None, **kwargs):
-        if getattr(f, "__name__", "") == "layer_step":
-            if name == "remat":
-                f = jax.checkpoint(f, policy=jax.checkpoint_policies.nothing_saveable)
-            elif name == "remat_dots":
-                f = jax.checkpoint(f, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
-            elif name == "unroll":
-                kwargs["unroll"] = True
-        return original(f, init, xs, length, **kwargs)
-
-    jax.lax.scan = scan
-
-
 def run_jax(directory: str, args) -> dict:
-    install_variant(args.variant)
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -105,7 +84,12 @@ def run_jax(directory: str, args) -> dict:
     from poad_jax.policy import ValueHead, action_logprobs, split_policy
     from poad_jax.token_batch import TokenBatch
 
-    model = hf_io.load_hf_model(directory, lora=LoraConfig(rank=8, alpha=16.0, targets=("q_proj", "v_proj")))
+    model = hf_io.load_hf_model(
+        directory,
+        lora=LoraConfig(rank=8, alpha=16.0, targets=("q_proj", "v_proj")),
+        matmul_dtype=None if args.matmul_dtype == "float32" else jnp.dtype(args.matmul_dtype),
+        remat=args.remat,
+    )
     config = model.config
     head = ValueHead(config.hidden_size, (1024, 512), rngs=nnx.Rngs(1))
     graph, frozen, params = split_policy(model, head)
@@ -199,7 +183,8 @@ def run_torch(directory: str, args) -> dict:
     except ImportError as error:
         raise SystemExit(f"error: {error}; the baseline needs the bench extra: pip install torch==2.13.0 peft")
 
-    reference = TorchPPOStep(directory)
+    autocast = None if args.torch_dtype == "float32" else getattr(torch, args.torch_dtype)
+    reference = TorchPPOStep(directory, autocast_dtype=autocast)
     config = reference.model.config
     arrays = synthetic_arrays(args, config.vocab_size, config.hidden_size)
     batch = {name: torch.from_numpy(value) for name, value in arrays.items()}
@@ -241,7 +226,8 @@ def run_side(side: str, directory: str, args) -> dict:
     """Runs one side in a fresh subprocess; returns its JSON line."""
     arguments = [
         f"--directory={directory}", f"--rows={args.rows}", f"--prompt={args.prompt}", f"--action={args.action}",
-        f"--threads={args.threads}", f"--steps={args.steps}", f"--variant={args.variant}",
+        f"--threads={args.threads}", f"--steps={args.steps}", f"--remat={args.remat}",
+        f"--matmul-dtype={args.matmul_dtype}", f"--torch-dtype={args.torch_dtype}",
     ] + (["--profile"] if args.profile else [])
     extra_env = {}
     if side == "jax" and args.xla_flags:
@@ -257,7 +243,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, default=THREADS, help="rollout threads (rows = threads x steps)")
     parser.add_argument("--steps", type=int, default=3, help="timed updates per round and side")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds (one subprocess per side each)")
-    parser.add_argument("--variant", choices=VARIANTS, default="base", help="our model-code variant (see above)")
+    parser.add_argument("--remat", choices=REMAT_POLICIES, default="full",
+                        help="what our layer scan saves for the backward pass (see poad_jax.models.llama)")
+    parser.add_argument("--matmul-dtype", choices=("float32", "bfloat16"), default="bfloat16",
+                        help="our matmul operands (float32 accumulation either way; see poad_jax.models.llama.Llama)")
+    parser.add_argument("--torch-dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="PyTorch side: float32, or its forward under torch.autocast('cpu', bfloat16)")
     parser.add_argument("--profile", action="store_true", help="also time forward / forward+backward phases")
     parser.add_argument("--xla-flags", default="", help="extra XLA_FLAGS for our side, e.g. --xla_cpu_use_onednn=true")
     parser.add_argument("--random-weights", action="store_true", help="random model of SmolLM2 shapes")
@@ -284,9 +275,10 @@ def main(argv: list[str]) -> int:
                 runs[side].append(run_side(side, directory, args))
 
     tokens = args.rows * (args.prompt + args.action)
-    names = {"jax": f"poad_jax (jit, {args.variant})", "torch": "PyTorch + PEFT"}
+    names = {"jax": f"poad_jax (jit, {args.matmul_dtype} matmuls, remat {args.remat})",
+             "torch": f"PyTorch + PEFT ({args.torch_dtype})"}
     summary_sides = {}
-    print(f"train_step: {source}, CPU float32, {args.rows} x {args.prompt + args.action} tokens "
+    print(f"train_step: {source}, CPU, {args.rows} x {args.prompt + args.action} tokens "
           f"(prompt {args.prompt} + action {args.action}), LoRA r=8 q,v, one PPO update (1 epoch, 1 minibatch); "
           f"median of {args.rounds} x {args.steps} steps per side")
     print(f"{'side':32s} {'tokens/s':>9s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'first s':>8s} {'peak RSS MiB':>13s}")
@@ -316,7 +308,8 @@ def main(argv: list[str]) -> int:
             summary[f"{key}_peak_rss_mib"] = round(s["peak_rss_mib"])
             if "phases" in s:
                 summary[f"{key}_phases_s"] = {k: round(v, 3) for k, v in s["phases"].items()}
-    summary.update(rows=args.rows, prompt=args.prompt, action=args.action, variant=args.variant,
+    summary.update(rows=args.rows, prompt=args.prompt, action=args.action, remat=args.remat,
+                   matmul_dtype=args.matmul_dtype, torch_dtype=args.torch_dtype,
                    xla_flags=args.xla_flags, load_average=round(os.getloadavg()[0], 1), model=source,
                    device="cpu", rounds=args.rounds, steps=args.steps)
     print(json.dumps(summary))

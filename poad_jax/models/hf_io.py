@@ -114,6 +114,8 @@ def model_from_tensors(
     *,
     lora: LoraConfig | None = LoraConfig(),
     dtype=jnp.float32,
+    matmul_dtype=None,
+    remat: str = "full",
     seed: int = 0,
 ) -> Llama:
     """A `Llama` whose base weights come from HF-named tensors (LoRA freshly initialised).
@@ -122,11 +124,20 @@ def model_from_tensors(
     weights materialised), then each parameter is filled from the tensors,
     one stacked parameter at a time to bound peak memory.  LoRA A/B come from
     the model's own initialiser under `jax.jit` (XLA drops the unused base
-    initialisation).  Parameters and computation use `dtype`.
+    initialisation).  Parameters and computation use `dtype`; with
+    `matmul_dtype` the base weight matrices are stored in it (see `Llama`).
     """
 
     def build():
-        return Llama(config, lora=lora, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(seed))
+        return Llama(
+            config,
+            lora=lora,
+            dtype=dtype,
+            param_dtype=dtype,
+            matmul_dtype=matmul_dtype,
+            remat=remat,
+            rngs=nnx.Rngs(seed),
+        )
 
     model = nnx.eval_shape(build)
     n_layers = config.num_hidden_layers
@@ -136,7 +147,8 @@ def model_from_tensors(
         return np.stack([a.T if transpose else a for a in arrays])
 
     def fill(variable: nnx.Variable, values: np.ndarray, name: str):
-        variable.set_value(_as_param(values, variable.get_value().shape, dtype, name))
+        abstract = variable.get_value()
+        variable.set_value(_as_param(values, abstract.shape, abstract.dtype, name))
 
     fill(model.embed, get_tensor("model.embed_tokens.weight"), "model.embed_tokens.weight")
     fill(model.final_norm, get_tensor("model.norm.weight"), "model.norm.weight")
@@ -162,12 +174,20 @@ def model_from_tensors(
 
 
 def load_hf_model(
-    directory: str | os.PathLike, *, lora: LoraConfig | None = LoraConfig(), dtype=jnp.float32, seed: int = 0
+    directory: str | os.PathLike,
+    *,
+    lora: LoraConfig | None = LoraConfig(),
+    dtype=jnp.float32,
+    matmul_dtype=None,
+    remat: str = "full",
+    seed: int = 0,
 ) -> Llama:
     """The `Llama` of a Hugging Face checkpoint directory (config.json + safetensors)."""
     config = LlamaConfig.from_hf(read_hf_config(directory))
     source = TensorSource(safetensors_files(directory))
-    return model_from_tensors(config, source.get, source.__contains__, lora=lora, dtype=dtype, seed=seed)
+    return model_from_tensors(
+        config, source.get, source.__contains__, lora=lora, dtype=dtype, matmul_dtype=matmul_dtype, remat=remat, seed=seed
+    )
 
 
 def hf_tensors_of_model(model: Llama, dtype=np.float32) -> dict[str, np.ndarray]:

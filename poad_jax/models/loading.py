@@ -175,6 +175,8 @@ def load(
     dtype=None,
     lora: LoraConfig | None = LoraConfig(),
     *,
+    matmul_dtype=None,
+    remat: str = "full",
     seed: int = 0,
 ) -> tuple[Llama, Tokenizer]:
     """`(model, tokenizer)` from an embedded model name, an HF directory or a GGUF file.
@@ -187,6 +189,9 @@ def load(
         accelerators.
       lora: adapter placement (fresh adapters: B = 0, so no logit changes);
         None for no adapters.
+      matmul_dtype: None (matmuls in `dtype`) or a lower dtype such as
+        `jnp.bfloat16`: base weight matrices stored in it and every large
+        matmul run with its operands and float32 accumulation (`Llama`).
       seed: seed of the LoRA A initialisation.
 
     Raises:
@@ -206,14 +211,16 @@ def load(
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ModelLoadError(f"{path} is a file but not a .gguf; pass a GGUF file or an HF directory")
-        return _load_gguf(path, dtype, lora, seed)
+        return _load_gguf(path, dtype, matmul_dtype, remat, lora, seed)
     hf_io.read_hf_config(path)  # architecture errors first, before the tokenizer's
     tokenizer = Tokenizer.from_directory(path)
-    model = hf_io.load_hf_model(path, lora=lora, dtype=dtype, seed=seed)
+    model = hf_io.load_hf_model(
+        path, lora=lora, dtype=dtype, matmul_dtype=matmul_dtype, remat=remat, seed=seed
+    )
     return model, tokenizer
 
 
-def _load_gguf(path: pathlib.Path, dtype, lora, seed) -> tuple[Llama, Tokenizer]:
+def _load_gguf(path: pathlib.Path, dtype, matmul_dtype, remat, lora, seed) -> tuple[Llama, Tokenizer]:
     """A GGUF file converted in memory (not cached: the path may change under us)."""
     from poad_jax.models.llama import LlamaConfig
 
@@ -225,5 +232,7 @@ def _load_gguf(path: pathlib.Path, dtype, lora, seed) -> tuple[Llama, Tokenizer]
             raise ModelLoadError(f"{path} lacks tensor {name}")
         return tensors[name]
 
-    model = hf_io.model_from_tensors(config, get_tensor, tensors.__contains__, lora=lora, dtype=dtype, seed=seed)
+    model = hf_io.model_from_tensors(
+        config, get_tensor, tensors.__contains__, lora=lora, dtype=dtype, matmul_dtype=matmul_dtype, remat=remat, seed=seed
+    )
     return model, tokenizer

@@ -70,6 +70,8 @@ def tiny_random_model(
     num_layers: int = 2,
     dtype=jnp.float32,
     embedding_std: float = 0.5,
+    matmul_dtype=None,
+    remat: str = "full",
 ) -> tuple[Llama, WordTokenizer]:
     """A random 2-layer LLaMA (GQA 4/2 heads) over the word tokenizer's vocabulary."""
     tokenizer = WordTokenizer()
@@ -85,9 +87,9 @@ def tiny_random_model(
         eos_token_id=tokenizer.eos_token_ids[0],
         pad_token_id=tokenizer.pad_token_id,
     )
-    model = Llama(config, lora=lora, dtype=dtype, rngs=nnx.Rngs(seed))
+    model = Llama(config, lora=lora, dtype=dtype, matmul_dtype=matmul_dtype, remat=remat, rngs=nnx.Rngs(seed))
     # With tied embeddings the logits are bounded by |RMSNorm(h)| |e_v| =
     # sqrt(H) |e_v|; the default 0.02 init would cap every log-odds near 1, so
     # a tiny model gets embeddings of std `embedding_std` instead.
-    model.embed[...] = model.embed[...] * (embedding_std / 0.02)
+    model.embed[...] = (model.embed[...] * (embedding_std / 0.02)).astype(model.embed[...].dtype)
     return model, tokenizer
