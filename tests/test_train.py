@@ -188,3 +188,15 @@ def test_all_virtualhome_expands_to_the_task_and_its_six_variants():
     names = evaluate.expand_env_names(["all-virtualhome"])
     variants = ("cheese", "hamburger", "apple_pie", "pizza", "washing_plate", "laundry")
     assert sorted(names) == sorted(["virtualhome/food_preparation"] + [f"virtualhome/food_preparation_{v}" for v in variants])
+
+
+TASK_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.py") if p.name not in ("__init__.py", "base.py"))
+
+
+@pytest.mark.parametrize("path", TASK_CONFIGS, ids=lambda p: p.name)
+def test_every_config_file_loads_and_validates(path):
+    config = train.load_config_file(path)
+    train.validate_config(config)
+    if path.name == "datasci_qwen.py":
+        assert config.model == "qwen2.5-coder-0.5b-instruct" and config.sampling.max_new_tokens == 256
+        assert config.env.name == train.load_config_file(REPO / "configs" / "datasci.py").env.name

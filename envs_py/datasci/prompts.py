@@ -21,6 +21,9 @@ PRELUDE = "import numpy as np\nimport sklearn\n"
 DEFAULT_ERROR_CHARS = 600
 DEFAULT_CODE_CHARS = 2000
 COMMENT_WIDTH = 78
+# Small instruct models otherwise spend the token budget on docstrings and
+# example usage and get cut off mid-function.
+CHAT_ANSWER_FORMAT = "Answer with short Python code only: the imports and the function, no docstring, no example usage."
 
 
 class TemplateError(ValueError):
@@ -43,13 +46,19 @@ def truncate(text: str, max_chars: int) -> str:
 
 
 def task_description(dataset: str, num_rows: int, num_features: int, num_classes: int) -> str:
-    """Returns the one-paragraph task statement shared by both templates."""
+    """Returns the one-paragraph task statement shared by both templates.
+
+    It says that the scoring happens outside the function: wording that only
+    said "scored by ROC AUC on held-out rows" made instruct models split
+    x_train and evaluate inside build_model (returning a score, or nothing).
+    """
     return (
-        f"Dataset: {dataset}. x_train is a NumPy float array with {num_features} feature columns "
-        f"(the full table has {num_rows} rows; the model is trained on half of them), and y_train holds "
-        f"integer class labels ({num_classes} classes). Write the body of the Python function "
-        "`build_model(x_train, y_train)` that returns a fitted scikit-learn classifier with "
-        "predict_proba. It is scored by ROC AUC on held-out rows."
+        f"Dataset: {dataset}. x_train is a NumPy float array with {num_features} feature columns and "
+        f"y_train holds integer class labels ({num_classes} classes); they are the training half of a "
+        f"{num_rows}-row table. Write the Python function `build_model(x_train, y_train)` that fits a "
+        "scikit-learn classifier on all of x_train, y_train and returns the fitted classifier. Do not "
+        "split or evaluate: the caller scores the returned classifier's predict_proba by ROC AUC on "
+        "held-out rows."
     )
 
 
@@ -57,7 +66,7 @@ def task_prompt(template: str, dataset: str, num_rows: int, num_features: int, n
     """Returns the first observation text of an episode."""
     description = task_description(dataset, num_rows, num_features, num_classes)
     if check_template(template) == "chat":
-        return description + "\nAnswer with Python code only."
+        return description + "\n" + CHAT_ANSWER_FORMAT
     return _plain_prompt(description)
 
 
@@ -71,7 +80,7 @@ def retry_prompt(template: str, dataset: str, num_rows: int, num_features: int, 
     if check_template(template) == "chat":
         return (
             f"{description}\nYour previous code failed.\nPrevious code:\n```python\n{code}\n```\n"
-            f"Error:\n{message}\nWrite a corrected version. Answer with Python code only."
+            f"Error:\n{message}\nWrite a corrected version. {CHAT_ANSWER_FORMAT}"
         )
     commented = "\n".join("# " + line for line in (
         ["Previous attempt:"] + code.splitlines() + ["It failed with:"] + message.splitlines()

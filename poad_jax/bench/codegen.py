@@ -22,7 +22,6 @@ import numpy as np
 
 import envs_py
 from poad_jax import train
-from poad_jax.models import load
 from poad_jax.sampling import Sampler, SamplingConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -32,7 +31,8 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def sample_programs(model_name: str, samples: int, batch: int, seed: int, max_new_tokens: int | None = None) -> tuple[list[str], float]:
     config = train.load_config_file(REPO / "configs" / "datasci.py")
-    model, tokenizer = load(model_name)
+    config.model = model_name
+    model, tokenizer = train.load_model(config)
     env = envs_py.make(config.env.name, **dict(config.env.kwargs))
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": env.reset(seed=0).text}])
     sampling = SamplingConfig(
@@ -81,12 +81,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: configs/datasci.py's (128)")
     parser.add_argument("--iteration", action="store_true", help="also time one PPO iteration per model")
+    parser.add_argument("--show", type=int, default=0, help="print the first N programs and their outcomes")
     args = parser.parse_args(argv)
     summary = {"bench": "codegen", "samples": args.samples, "max_new_tokens": args.max_new_tokens or 128, "models": {}}
     print(f"{'model':<30}{'success':>9}{'mean AUC':>10}{'gen s':>8}")
     for name in args.models.split(","):
         texts, seconds = sample_programs(name, args.samples, args.batch, args.seed, args.max_new_tokens)
         results = score_programs(texts)
+        for text, result in list(zip(texts, results))[: args.show]:
+            outcome = f"AUC {result['reward']:.3f}" if result["success"] else f"failed: {result['error']}"
+            print(f"--- {name}: {outcome}\n{text}\n")
         aucs = [r["reward"] for r in results if r["success"]]
         entry = {
             "success_rate": float(np.mean([r["success"] for r in results])),
