@@ -54,8 +54,8 @@ def task_description(dataset: str, num_rows: int, num_features: int, num_classes
     """
     return (
         f"Dataset: {dataset}. x_train is a NumPy float array with {num_features} feature columns and "
-        f"y_train holds integer class labels ({num_classes} classes); they are the training half of a "
-        f"{num_rows}-row table. Write the Python function `build_model(x_train, y_train)` that fits a "
+        f"y_train holds integer class labels ({num_classes} classes); they are the training half of a table "
+        f"of {num_rows} rows. Write the Python function `build_model(x_train, y_train)` that fits a "
         "scikit-learn classifier on all of x_train, y_train and returns the fitted classifier. Do not "
         "split or evaluate: the caller scores the returned classifier's predict_proba by ROC AUC on "
         "held-out rows."
