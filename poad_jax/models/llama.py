@@ -273,16 +273,17 @@ def mixed_einsum(spec: str, a: jax.Array, b: jax.Array, operand_dtype) -> jax.Ar
 def _mixed_einsum_fwd(spec, a, b, operand_dtype):
     a_low, b_low = a.astype(operand_dtype), b.astype(operand_dtype)
     out = jnp.einsum(spec, a_low, b_low, preferred_element_type=jnp.float32)
+    # Residuals must be arrays: two empty ones carry the primal dtypes.
     return out, (a_low, b_low, jnp.zeros((0,), a.dtype), jnp.zeros((0,), b.dtype))
 
 
 def _mixed_einsum_bwd(spec, operand_dtype, residuals, grad):
-    a_low, b_low, a_dtype, b_dtype = residuals
+    a_low, b_low, a_marker, b_marker = residuals
     grad_spec_a, grad_spec_b = _swap_einsum_spec(spec)
     grad_low = grad.astype(operand_dtype)
     grad_a = jnp.einsum(grad_spec_a, grad_low, b_low, preferred_element_type=jnp.float32)
     grad_b = jnp.einsum(grad_spec_b, a_low, grad_low, preferred_element_type=jnp.float32)
-    return grad_a.astype(a_dtype.dtype), grad_b.astype(b_dtype.dtype)
+    return grad_a.astype(a_marker.dtype), grad_b.astype(b_marker.dtype)
 
 
 mixed_einsum.defvjp(_mixed_einsum_fwd, _mixed_einsum_bwd)
