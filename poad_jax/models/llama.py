@@ -575,6 +575,9 @@ def merge_lora(model: Llama) -> None:
     """Folds the LoRA update into the base weights (W += scale * A @ B), in place.
 
     Afterwards B is zero, so the adapters-on forward equals the merged base.
+    With bfloat16 base weights (`matmul_dtype`) the merged weights are rounded
+    to bfloat16, which can erase a small LoRA update: merge into a float32
+    model (load with `matmul_dtype=None`) to export merged weights.
     """
     if model.lora_config is None:
         return
