@@ -19,6 +19,10 @@ both sides alike.
 
   tokens/s = rows x (prompt + action tokens) / wall time of one update
 
+GPU scale: `--shape=llama-7b --sides=jax --dtype=bfloat16 --peak-tflops=989
+--rows=N` builds a random-weight LLaMA-7B-shaped model in memory and reports
+MFU two ways (see `step_flops`).
+
 Precision and memory options (ours: the library's model options; see
 `poad_jax.models.llama.Llama`):
   --matmul-dtype  bfloat16 (default): bfloat16 operands, float32
@@ -48,6 +52,13 @@ ROWS = 8
 PROMPT = 128
 ACTION = 128
 THREADS = 4  # rows = threads x steps per thread
+SHAPES = {
+    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, head_dim=64, rope_theta=100000.0),
+    "llama-7b": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                     num_attention_heads=32, num_key_value_heads=32, head_dim=128, rope_theta=10000.0,
+                     tie_word_embeddings=False),
+}
 
 
 def peak_rss_mib() -> float:
@@ -84,12 +95,16 @@ def run_jax(directory: str, args) -> dict:
     from poad_jax.policy import ValueHead, action_logprobs, split_policy
     from poad_jax.token_batch import TokenBatch
 
-    model = hf_io.load_hf_model(
-        directory,
-        lora=LoraConfig(rank=8, alpha=16.0, targets=("q_proj", "v_proj")),
-        matmul_dtype=None if args.matmul_dtype == "float32" else jnp.dtype(args.matmul_dtype),
-        remat=args.remat,
-    )
+    lora = LoraConfig(rank=8, alpha=16.0, targets=("q_proj", "v_proj"))
+    matmul_dtype = None if args.matmul_dtype == "float32" else jnp.dtype(args.matmul_dtype)
+    dtype = jnp.dtype(args.dtype)
+    if args.shape:
+        from poad_jax.models.llama import Llama, LlamaConfig
+
+        model = Llama(LlamaConfig(**SHAPES[args.shape]), lora=lora, dtype=dtype, param_dtype=dtype,
+                      matmul_dtype=matmul_dtype, remat=args.remat, rngs=nnx.Rngs(0))
+    else:
+        model = hf_io.load_hf_model(directory, lora=lora, dtype=dtype, matmul_dtype=matmul_dtype, remat=args.remat)
     config = model.config
     head = ValueHead(config.hidden_size, (1024, 512), rngs=nnx.Rngs(1))
     graph, frozen, params = split_policy(model, head)
@@ -136,6 +151,8 @@ def run_jax(directory: str, args) -> dict:
         times.append(time.perf_counter() - start)
     result = {
         "times": times,
+        "flops": step_flops(config, args.rows, args.prompt + args.action, args.action),
+        "device": str(jax.devices()[0].device_kind),
         "first_call_s": compile_s,
         "compiles": compiles(),
         "skipped": float(metrics["skipped_minibatches"]),
@@ -145,6 +162,31 @@ def run_jax(directory: str, args) -> dict:
         result["phases"] = jax_phases(graph, frozen, state, batch, method, lconfig, args.steps)
     result["peak_rss_mib"] = peak_rss_mib()
     return result
+
+
+def step_flops(config, rows: int, length: int, logit_columns: int) -> dict:
+    """Matmul FLOPs of one update, counted two ways (multiply-add = 2 FLOPs).
+
+    forward F = 2 x (decoder matmul parameters) x tokens + 2 x hidden x vocab x
+    rows x logit_columns (the output layer runs at the action columns only)
+    + 4 x layers x rows x length^2 x query width (attention scores and
+    values, causal mask not discounted).  The frozen base needs no weight gradients, so the useful
+    work of an update is forward + backward through the activations = 2F
+    ("useful"); the conventional 6 x params x tokens corresponds to 3F and
+    overstates a frozen-base LoRA step ("6N"); with remat="full" the hardware
+    also recomputes the forward once more, which neither figure counts.
+    """
+    hidden, inter = config.hidden_size, config.intermediate_size
+    q_width = config.num_attention_heads * config.dim_per_head
+    kv_width = config.num_key_value_heads * config.dim_per_head
+    per_layer = hidden * (2 * q_width + 2 * kv_width) + 3 * hidden * inter
+    decoder = config.num_hidden_layers * per_layer
+    head = hidden * config.vocab_size
+    tokens = rows * length
+    forward = (2 * decoder * tokens + 2 * head * rows * logit_columns
+               + 4 * config.num_hidden_layers * rows * length * length * q_width)
+    return {"forward": forward, "useful": 2 * forward, "6N": 6 * (decoder + head) * tokens,
+            "base_params": decoder + head}
 
 
 def jax_phases(graph, frozen, state, batch, method, lconfig, repeats: int) -> dict:
@@ -230,6 +272,9 @@ def run_side(side: str, directory: str, args) -> dict:
         f"--matmul-dtype={args.matmul_dtype}", f"--torch-dtype={args.torch_dtype}",
     ] + (["--profile"] if args.profile else [])
     extra_env = {}
+    if args.shape:
+        arguments.append(f"--shape={args.shape}")
+    arguments.append(f"--dtype={args.dtype}")
     if side == "jax" and args.xla_flags:
         extra_env["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), args.xla_flags]))
     return _sides.run_side("train_step", side, arguments, extra_env)
@@ -247,6 +292,12 @@ def main(argv: list[str]) -> int:
                         help="what our layer scan saves for the backward pass (see poad_jax.models.llama)")
     parser.add_argument("--matmul-dtype", choices=("float32", "bfloat16"), default="bfloat16",
                         help="our matmul operands (float32 accumulation either way; see poad_jax.models.llama.Llama)")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="",
+                        help="random weights of these shapes, built in memory (ours only: needs --sides=jax)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="our activations and parameters (bfloat16 on a GPU)")
+    parser.add_argument("--peak-tflops", type=float, default=0.0,
+                        help="the device's peak TFLOP/s for MFU, e.g. 989 for an H100's dense bfloat16")
     parser.add_argument("--torch-dtype", choices=("float32", "bfloat16"), default="float32",
                         help="PyTorch side: float32, or its forward under torch.autocast('cpu', bfloat16)")
     parser.add_argument("--profile", action="store_true", help="also time forward / forward+backward phases")
@@ -260,6 +311,10 @@ def main(argv: list[str]) -> int:
         print("error: sizes must be >= 1 and --rows divisible by --threads", file=sys.stderr)
         return 2
 
+    if args.shape and args.sides != "jax" and not args.side:
+        print("error: --shape builds our model only; add --sides=jax", file=sys.stderr)
+        return 2
+
     if args.side:  # child process: one JSON line
         result = (run_jax if args.side == "jax" else run_torch)(args.directory, args)
         print(json.dumps(result))
@@ -268,7 +323,10 @@ def main(argv: list[str]) -> int:
     sides = ("jax", "torch") if args.sides == "both" else (args.sides,)
     runs: dict[str, list[dict]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as scratch:
-        directory, source = model_directory(args.random_weights, scratch)
+        if args.shape:
+            directory, source = "", f"random weights, {args.shape} shapes"
+        else:
+            directory, source = model_directory(args.random_weights, scratch)
         for round_index in range(args.rounds):
             order = sides if round_index % 2 == 0 else tuple(reversed(sides))
             for side in order:
@@ -296,6 +354,16 @@ def main(argv: list[str]) -> int:
             summary_sides[side]["phases"] = phases
             print("  phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
     summary = {"bench": "train_step"}
+    if "jax" in summary_sides:
+        flops = runs["jax"][0]["flops"]
+        summary["flops_per_step"] = flops
+        summary["device_kind"] = runs["jax"][0]["device"]
+        if args.peak_tflops > 0:
+            seconds = summary_sides["jax"]["median_s"]
+            for key in ("useful", "6N"):
+                summary[f"mfu_{key}"] = round(flops[key] / seconds / (args.peak_tflops * 1e12), 4)
+            print(f"MFU at {args.peak_tflops:g} TFLOP/s peak: {summary['mfu_useful']:.1%} counting forward + "
+                  f"activation backward (2F), {summary['mfu_6N']:.1%} by the 6 x params x tokens convention")
     if len(sides) == 2:
         ratio = summary_sides["jax"]["tok_s"] / summary_sides["torch"]["tok_s"]
         print(f"ratio (ours / PyTorch tokens/s): {ratio:.2f}")
