@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-import chex
 import jax
 import jax.numpy as jnp
 import optax

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import pathlib
 import resource
 import sys

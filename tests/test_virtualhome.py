@@ -107,7 +107,7 @@ def test_text_samples_offer_the_recorded_labels(table):
 def test_shortest_success_through_text_labels(table):
     task, t = table
     env = envs_py.make(f"virtualhome/{task}")
-    obs = env.reset()
+    env.reset()
     for i, a in enumerate(t["shortest_success"]):
         result = env.step(env.action_labels()[a])
         assert not result.info["invalid_action"]

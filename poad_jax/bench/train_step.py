@@ -85,7 +85,6 @@ def synthetic_arrays(args, vocab_size: int, hidden_size: int) -> dict:
 def run_jax(directory: str, args) -> dict:
     import jax
     import jax.numpy as jnp
-    import numpy as np
     from flax import nnx
 
     from poad_jax import learner as learner_lib
