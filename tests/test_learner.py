@@ -40,8 +40,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 
-def collect_batch(method_name: str, num_threads=4, rollout_length=4, seed=0):
-    model, tokenizer = tiny_random_model(seed=seed)
+def collect_batch(method_name: str, num_threads=4, rollout_length=4, seed=0, matmul_dtype=None):
+    model, tokenizer = tiny_random_model(seed=seed, matmul_dtype=matmul_dtype)
     head = ValueHead(model.config.hidden_size, (32,), rngs=nnx.Rngs(1))
     graph, frozen, params = split_policy(model, head)
     method = make_method(method_name, 0.95)
@@ -57,9 +57,10 @@ def collect_batch(method_name: str, num_threads=4, rollout_length=4, seed=0):
     return graph, frozen, params, method, make_token_batch(arrays, stats), steps
 
 
+@pytest.mark.parametrize("matmul_dtype", [None, jnp.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("method_name", ["poad", "ntpo", "twosome"])
-def test_first_update_ratio_is_one(method_name):
-    graph, frozen, params, method, batch, _ = collect_batch(method_name)
+def test_first_update_ratio_is_one(method_name, matmul_dtype):
+    graph, frozen, params, method, batch, _ = collect_batch(method_name, matmul_dtype=matmul_dtype)
     config = LearnerConfig(gamma=0.95)
     logprobs, _, values, mask = policy_outputs(graph, frozen, params, batch, method, config)
     ratio = np.exp(np.asarray(logprobs) - np.asarray(batch.old_logprobs))
