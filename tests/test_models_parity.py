@@ -145,8 +145,9 @@ def test_smollm2_logits_match_transformers(smollm2, prompt):
     np.testing.assert_array_equal(got.argmax(-1), expected.argmax(-1))
 
 
-def test_smollm2_greedy_decoding_matches_transformers(smollm2):
-    model, _, ref, forward = smollm2
+@pytest.mark.parametrize("name", ["smollm2", "qwen"])
+def test_greedy_decoding_matches_transformers(name, request):
+    model, _, ref, forward = request.getfixturevalue(name)
     prompts = [ref.npz[f"tokens_{i}"] for i in range(2)]
     tokens = greedy_tokens(forward, prompts, GREEDY_STEPS, model.config)
     for i in range(2):
@@ -178,10 +179,3 @@ def test_qwen_logits_match_transformers(qwen, prompt):
     assert last_error <= 1e-3, f"last-position max |logit error| {last_error}"
     np.testing.assert_array_equal(got.argmax(-1), ref.npz[f"argmax_{prompt}"])
 
-
-def test_qwen_greedy_decoding_matches_transformers(qwen):
-    model, _, ref, forward = qwen
-    prompts = [ref.npz[f"tokens_{i}"] for i in range(2)]
-    tokens = greedy_tokens(forward, prompts, GREEDY_STEPS, model.config)
-    for i in range(2):
-        assert tokens[i] == ref.npz[f"greedy_{i}"].tolist(), f"prompt {i}"
