@@ -270,17 +270,51 @@ def test_bad_limits_are_refused():
         SandboxLimits(wall_seconds=0)
 
 
-def test_unprivileged_user_cannot_signal_parent_or_write_home(tmp_path, binary_data):
-    # Only where this process is root and the interpreter is reachable by
-    # `nobody` (e.g. a system Python); otherwise the sandbox keeps the
-    # trainer's user and the audit hook is the layer that refuses these.
-    from envs_py.datasci.sandbox import interpreter_usable_by, traversable_by_others
+def interpreter_for_uid(uid: int, scratch: pathlib.Path) -> str | None:
+    """A Python that user `uid` can start with numpy and scikit-learn, or None.
 
+    `$POAD_TEST_SANDBOX_PYTHON`, else this interpreter, else a venv made in
+    the world-readable `scratch` from a system Python (/usr/bin/python3 of the
+    same minor version) whose `.pth` file points at this environment's
+    site-packages: the venv's own interpreter usually lives under a directory
+    only root may enter (/root/.pyenv here).
+    """
+    import subprocess
+    import sysconfig
+
+    from envs_py.datasci.sandbox import interpreter_usable_by
+
+    candidates = [os.environ.get("POAD_TEST_SANDBOX_PYTHON") or sys.executable]
+    system = pathlib.Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+    if system.is_file():
+        venv = scratch / "venv"
+        made = subprocess.run([str(system), "-m", "venv", "--without-pip", str(venv)], capture_output=True)
+        if made.returncode == 0:
+            site = next(venv.glob("lib/python3*/site-packages"))
+            (site / "poad_parent.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+            for path in [scratch, *scratch.rglob("*")]:
+                path.chmod(path.stat().st_mode | 0o055)
+            candidates.append(str(venv / "bin" / "python"))
+    return next((python for python in candidates if interpreter_usable_by(python, uid)), None)
+
+
+def test_unprivileged_user_cannot_signal_parent_or_write_home(tmp_path, binary_data):
+    # Only where this process is root (else the sandbox has no user to drop
+    # to, and the audit hook is the layer that refuses these) and some
+    # interpreter can be started by `nobody`.
     if os.geteuid() != 0:
         pytest.skip("not running as root: the sandbox has no user to drop to")
-    python = os.environ.get("POAD_TEST_SANDBOX_PYTHON", sys.executable)
-    if not interpreter_usable_by(python, LIMITS.run_as_uid):
-        pytest.skip(f"{python} cannot be started by uid {LIMITS.run_as_uid} (set POAD_TEST_SANDBOX_PYTHON)")
+    with tempfile.TemporaryDirectory(prefix="poad_nobody_python_") as scratch:
+        pathlib.Path(scratch).chmod(0o755)
+        python = interpreter_for_uid(LIMITS.run_as_uid, pathlib.Path(scratch))
+        if python is None:
+            pytest.skip(f"no Python here can be started by uid {LIMITS.run_as_uid} (set POAD_TEST_SANDBOX_PYTHON)")
+        _check_unprivileged_run(tmp_path, binary_data, python)
+
+
+def _check_unprivileged_run(tmp_path, binary_data, python):
+    from envs_py.datasci.sandbox import traversable_by_others
+
     base = pathlib.Path(tempfile.gettempdir())
     assert traversable_by_others(base)
     target = tmp_path.parent / "escape_by_ctypes.txt"

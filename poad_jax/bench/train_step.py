@@ -46,6 +46,7 @@ import tempfile
 import time
 
 from poad_jax.bench import _sides
+from poad_jax.bench.generate import SMOLLM2_SHAPES
 from poad_jax.models.llama import REMAT_POLICIES
 
 ROWS = 8
@@ -53,8 +54,7 @@ PROMPT = 128
 ACTION = 128
 THREADS = 4  # rows = threads x steps per thread
 SHAPES = {
-    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                         num_attention_heads=9, num_key_value_heads=3, head_dim=64, rope_theta=100000.0),
+    "smollm2-135m": SMOLLM2_SHAPES,
     "llama-7b": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                      num_attention_heads=32, num_key_value_heads=32, head_dim=128, rope_theta=10000.0,
                      tie_word_embeddings=False),
