@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from poad_jax.models.llama import KVCache, init_cache
+from poad_jax.models.llama import KVCache, init_cache, unstack_weights
 
 FINISH_STOP_TOKEN = "stop_token"
 FINISH_STOP_STRING = "stop_string"
@@ -321,7 +321,9 @@ class DecodeCarry(NamedTuple):
     node: jax.Array  # [B] trie node (constrained decoding; unused otherwise)
 
 
-def _prefill(model, tokens, mask, n_rows, cache_length: int, cache_dtype, buffer_length: int) -> DecodeCarry:
+def _prefill(
+    model, unstacked, tokens, mask, n_rows, cache_length: int, cache_dtype, buffer_length: int
+) -> DecodeCarry:
     """Runs the left-padded prompts `[B, P]`, all but the last slot, into a
     fresh cache; the last prompt token becomes the pending token.
 
@@ -332,7 +334,7 @@ def _prefill(model, tokens, mask, n_rows, cache_length: int, cache_dtype, buffer
     key_mask = jnp.concatenate([mask, jnp.ones((batch, cache_length - length), bool)], axis=1)
     positions = left_padded_positions(mask)
     if length > 1:
-        out = model(tokens[:, :-1], positions[:, :-1], key_mask, cache, return_logits=False)
+        out = model(tokens[:, :-1], positions[:, :-1], key_mask, cache, return_logits=False, unstacked=unstacked)
         cache = out.cache
     return DecodeCarry(
         cache=cache,
@@ -347,15 +349,15 @@ def _prefill(model, tokens, mask, n_rows, cache_length: int, cache_dtype, buffer
     )
 
 
-def _next_logits(model, carry: DecodeCarry) -> tuple[jax.Array, KVCache]:
+def _next_logits(model, unstacked, carry: DecodeCarry) -> tuple[jax.Array, KVCache]:
     """Feeds the pending token of every row; returns next-token logits `[B, V]`
     and the updated cache.  (Every row runs, finished ones too: skipping the
     forward with `lax.cond` made XLA copy the whole KV cache every step.)"""
-    out = model(carry.pending[:, None], carry.positions[:, None], carry.key_mask, carry.cache)
+    out = model(carry.pending[:, None], carry.positions[:, None], carry.key_mask, carry.cache, unstacked=unstacked)
     return out.logits[:, 0], out.cache
 
 
-def _decode_loop(model, carry, rng, end_step, temperature, top_k, top_p, stop_ids) -> DecodeCarry:
+def _decode_loop(model, unstacked, carry, rng, end_step, temperature, top_k, top_p, stop_ids) -> DecodeCarry:
     """Samples until step == end_step or every row is done (stop token)."""
     stop = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
     row_ids = jnp.arange(carry.done.shape[0])
@@ -364,7 +366,7 @@ def _decode_loop(model, carry, rng, end_step, temperature, top_k, top_p, stop_id
         return (c.step < end_step) & ~jnp.all(c.done)
 
     def body(c):
-        logits, cache = _next_logits(model, c)
+        logits, cache = _next_logits(model, unstacked, c)
         keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.fold_in(rng, r), c.step))(row_ids)
         tokens, logprobs = sample_tokens(logits, keys, temperature, top_k, top_p)
         live = ~c.done
@@ -382,7 +384,7 @@ def _decode_loop(model, carry, rng, end_step, temperature, top_k, top_p, stop_id
     return jax.lax.while_loop(cond, body, carry)
 
 
-def _constrained_loop(model, carry, rng, trie, temperature, max_steps) -> DecodeCarry:
+def _constrained_loop(model, unstacked, carry, rng, trie, temperature, max_steps) -> DecodeCarry:
     """Walks each row's trie: at node n only `edge_token[b, n]` are allowed,
     drawn from softmax(logits[allowed] / T) (argmax when T = 0, log-prob then
     untempered); stops at a leaf."""
@@ -400,7 +402,7 @@ def _constrained_loop(model, carry, rng, trie, temperature, max_steps) -> Decode
         return (c.step < max_steps) & ~jnp.all(c.done)
 
     def body(c):
-        logits, cache = _next_logits(model, c)
+        logits, cache = _next_logits(model, unstacked, c)
         tokens_k, child_k, valid_k = allowed(c.node)  # [B, K]
         logits_k = jnp.take_along_axis(logits, tokens_k, axis=-1)
         if temperature > 0:
@@ -431,7 +433,7 @@ def _constrained_loop(model, carry, rng, trie, temperature, max_steps) -> Decode
     return jax.lax.while_loop(cond, body, carry)
 
 
-def _action_token_logprobs(model, prompt, prompt_mask, actions, action_mask, cache_dtype) -> jax.Array:
+def _action_token_logprobs(model, unstacked, prompt, prompt_mask, actions, action_mask, cache_dtype) -> jax.Array:
     """`[A, La]` log p(action token j | prompt, action tokens < j) (0 on padding).
 
     The prompt `[1, P]` (left-padded) is run once into a cache, the cache is
@@ -442,8 +444,9 @@ def _action_token_logprobs(model, prompt, prompt_mask, actions, action_mask, cac
     length = prompt.shape[1]
     cache = init_cache(model.config, 1, length + action_length, cache_dtype)
     key_mask = jnp.concatenate([prompt_mask, jnp.ones((1, action_length), bool)], axis=1)
-    out = model(prompt, left_padded_positions(prompt_mask), key_mask, cache, return_logits=False)
-    first_logits = model.logits(out.hidden[:, -1])  # [1, V]
+    out = model(prompt, left_padded_positions(prompt_mask), key_mask, cache, return_logits=False,
+                unstacked=unstacked)
+    first_logits = model.logits(out.hidden[:, -1], unstacked)  # [1, V]
     shared = KVCache(
         jnp.broadcast_to(out.cache.k, (out.cache.k.shape[0], n_actions, *out.cache.k.shape[2:])),
         jnp.broadcast_to(out.cache.v, (out.cache.v.shape[0], n_actions, *out.cache.v.shape[2:])),
@@ -452,13 +455,13 @@ def _action_token_logprobs(model, prompt, prompt_mask, actions, action_mask, cac
     action_key_mask = jnp.concatenate([jnp.broadcast_to(prompt_mask, (n_actions, length)), action_mask], axis=1)
     n_prompt = jnp.sum(prompt_mask).astype(jnp.int32)
     positions = jnp.broadcast_to(n_prompt + jnp.arange(action_length, dtype=jnp.int32), actions.shape)
-    out = model(actions, positions, action_key_mask, shared, return_logits=False)
+    out = model(actions, positions, action_key_mask, shared, return_logits=False, unstacked=unstacked)
     # Token j of an action is predicted by the hidden state before it: the
     # prompt's last slot for j = 0, action slot j - 1 otherwise.
     logits = jnp.concatenate(
         [
             jnp.broadcast_to(first_logits[:, None], (n_actions, 1, first_logits.shape[-1])),
-            model.logits(out.hidden[:, :-1]),
+            model.logits(out.hidden[:, :-1], unstacked),
         ],
         axis=1,
     )  # [A, La, V]
@@ -492,8 +495,18 @@ class _StaticGraph:
 class Sampler:
     """Bucketed, jit-compiled generation, constrained generation and scoring.
 
-    Holds only compiled functions and the compile counter; the model is
-    passed on every call.
+    Holds compiled functions, the compile counter and (with
+    `unstack_layers`) per-layer copies of the last model's frozen base
+    weights; the model is passed on every call.
+
+    `unstack_layers=True` (default) runs the decoder as an unrolled loop over
+    separate per-layer weight arrays (`poad_jax.models.llama.unstack_weights`)
+    instead of a scan over the stacked weights: XLA copies every weight slice
+    a scan takes, so this cuts the bytes a memory-bound decode step moves
+    (docs/performance.md).  It costs one extra copy of the decoder's weight
+    matrices in memory, made once per base model (the copy is reused while
+    the base weight arrays stay the same objects; LoRA updates do not
+    invalidate it), and a longer compilation.
     """
 
     def __init__(
@@ -502,6 +515,7 @@ class Sampler:
         batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
         prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
         cache_dtype=None,
+        unstack_layers: bool = True,
     ):
         for name, buckets in (("batch_buckets", batch_buckets), ("prompt_buckets", prompt_buckets)):
             if not buckets or any(int(b) < 1 for b in buckets):
@@ -509,33 +523,35 @@ class Sampler:
         self.batch_buckets = tuple(sorted(int(b) for b in batch_buckets))
         self.prompt_buckets = tuple(sorted(int(b) for b in prompt_buckets))
         self.cache_dtype = cache_dtype
+        self.unstack_layers = bool(unstack_layers)
         self.compile_count = 0
         self._graphs: list[_StaticGraph] = []
+        self._unstacked: tuple[tuple[Any, ...], Any] | None = None  # (source arrays, their copies)
 
-        def prefill(graphdef, state, tokens, mask, n_rows, cache_length, cache_dtype, buffer_length):
+        def prefill(graphdef, state, unstacked, tokens, mask, n_rows, cache_length, cache_dtype, buffer_length):
             self.compile_count += 1  # runs once per trace, i.e. per compilation
             model = nnx.merge(graphdef.graphdef, state)
-            return _prefill(model, tokens, mask, n_rows, cache_length, cache_dtype, buffer_length)
+            return _prefill(model, unstacked, tokens, mask, n_rows, cache_length, cache_dtype, buffer_length)
 
-        def decode(graphdef, state, carry, rng, end_step, temperature, top_k, top_p, stop_ids):
+        def decode(graphdef, state, unstacked, carry, rng, end_step, temperature, top_k, top_p, stop_ids):
             self.compile_count += 1
             model = nnx.merge(graphdef.graphdef, state)
-            return _decode_loop(model, carry, rng, end_step, temperature, top_k, top_p, stop_ids)
+            return _decode_loop(model, unstacked, carry, rng, end_step, temperature, top_k, top_p, stop_ids)
 
-        def constrained(graphdef, state, carry, rng, trie, temperature, max_steps):
+        def constrained(graphdef, state, unstacked, carry, rng, trie, temperature, max_steps):
             self.compile_count += 1
             model = nnx.merge(graphdef.graphdef, state)
-            return _constrained_loop(model, carry, rng, trie, temperature, max_steps)
+            return _constrained_loop(model, unstacked, carry, rng, trie, temperature, max_steps)
 
-        def score(graphdef, state, prompt, prompt_mask, actions, action_mask, cache_dtype):
+        def score(graphdef, state, unstacked, prompt, prompt_mask, actions, action_mask, cache_dtype):
             self.compile_count += 1
             model = nnx.merge(graphdef.graphdef, state)
-            return _action_token_logprobs(model, prompt, prompt_mask, actions, action_mask, cache_dtype)
+            return _action_token_logprobs(model, unstacked, prompt, prompt_mask, actions, action_mask, cache_dtype)
 
-        self._prefill = jax.jit(prefill, static_argnums=(0, 5, 6, 7))
-        self._decode = jax.jit(decode, static_argnums=(0, 5, 6, 7, 8), donate_argnums=(2,))
-        self._constrained = jax.jit(constrained, static_argnums=(0, 5, 6), donate_argnums=(2,))
-        self._score = jax.jit(score, static_argnums=(0, 6))
+        self._prefill = jax.jit(prefill, static_argnums=(0, 6, 7, 8))
+        self._decode = jax.jit(decode, static_argnums=(0, 6, 7, 8, 9), donate_argnums=(3,))
+        self._constrained = jax.jit(constrained, static_argnums=(0, 6, 7), donate_argnums=(3,))
+        self._score = jax.jit(score, static_argnums=(0, 7))
 
     # -- helpers -------------------------------------------------------------
 
@@ -549,8 +565,28 @@ class Sampler:
         self._graphs.append(graph)
         return graph, state
 
+    def _unstacked_weights(self, model):
+        """`unstack_weights(model)`, cached per base model; None when `unstack_layers` is off."""
+        if not self.unstack_layers:
+            return None
+        sources = tuple(w[...] for w in model.layers.weights.values()) + (model.embed[...],) + (
+            (model.lm_head[...],) if model.lm_head is not None else ())
+        if self._unstacked is None or len(self._unstacked[0]) != len(sources) or any(
+            a is not b for a, b in zip(self._unstacked[0], sources)
+        ):
+            self._unstacked = None  # release the old copy before making the new one
+            self._unstacked = (sources, unstack_weights(model))
+        return self._unstacked[1]
+
     def _cache_dtype(self, model):
-        return jnp.dtype(self.cache_dtype or model.dtype)
+        """The given cache dtype; by default the model's dtype, or bfloat16 when the
+        model's matmuls take bfloat16 operands (attention rounds keys and values
+        to bfloat16 anyway, so a bfloat16 cache changes no result)."""
+        if self.cache_dtype is not None:
+            return jnp.dtype(self.cache_dtype)
+        if getattr(model, "matmul_dtype", None) is not None:
+            return jnp.dtype(model.matmul_dtype)
+        return jnp.dtype(model.dtype)
 
     @staticmethod
     def _check_ids(sequences, vocab_size: int, what: str = "prompt") -> list[list[int]]:
@@ -573,16 +609,17 @@ class Sampler:
         return rows
 
     def _start(self, model, prompts, buffer_length: int):
-        """Buckets and prefills; returns (graphdef, state, carry)."""
+        """Buckets and prefills; returns (graphdef, state, unstacked, carry)."""
         graphdef, state = self._split(model)
+        unstacked = self._unstacked_weights(model)
         batch = bucket_size(len(prompts), self.batch_buckets)
         length = bucket_size(max(len(p) for p in prompts), self.prompt_buckets)
         tokens, mask = left_pad(prompts, batch, length)
         carry = self._prefill(
-            graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), jnp.int32(len(prompts)),
+            graphdef, state, unstacked, jnp.asarray(tokens), jnp.asarray(mask), jnp.int32(len(prompts)),
             length + buffer_length, self._cache_dtype(model), buffer_length,
         )
-        return graphdef, state, carry
+        return graphdef, state, unstacked, carry
 
     # -- public API ----------------------------------------------------------
 
@@ -603,14 +640,14 @@ class Sampler:
             stop_ids = tuple(int(t) for t in getattr(tokenizer, "eos_token_ids", ()))
         stop_ids = tuple(sorted(set(stop_ids)))
         n_new = config.max_new_tokens
-        graphdef, state, carry = self._start(model, prompts, n_new)
+        graphdef, state, unstacked, carry = self._start(model, prompts, n_new)
         chunk = STOP_STRING_CHUNK if config.stop_strings else n_new
         sampled = (float(config.temperature), int(config.top_k), float(config.top_p), stop_ids)
         stop_string_at: dict[int, int] = {}
         end = 0
         while end < n_new:
             end = min(end + chunk, n_new)
-            carry = self._decode(graphdef, state, carry, rng, jnp.int32(end), *sampled)
+            carry = self._decode(graphdef, state, unstacked, carry, rng, jnp.int32(end), *sampled)
             if config.stop_strings:
                 carry = self._mark_stop_strings(carry, prompts, stop_ids, tokenizer, config, stop_string_at)
             if bool(jnp.all(carry.done)):
@@ -689,9 +726,9 @@ class Sampler:
         batch = bucket_size(len(prompts), self.batch_buckets)
         trie = build_action_tries(candidates, batch, end_token_id)
         max_steps = next_power_of_two(trie.max_depth, 8)
-        graphdef, state, carry = self._start(model, prompts, max_steps)
+        graphdef, state, unstacked, carry = self._start(model, prompts, max_steps)
         edges = tuple(jnp.asarray(a) for a in (trie.edge_token, trie.edge_child, trie.edge_valid))
-        carry = self._constrained(graphdef, state, carry, rng, edges, float(temperature), max_steps)
+        carry = self._constrained(graphdef, state, unstacked, carry, rng, edges, float(temperature), max_steps)
         tokens, logprobs = np.asarray(carry.tokens), np.asarray(carry.logprobs)
         nodes = np.asarray(carry.node)
         out_tokens, out_logprobs, index = [], [], []
@@ -744,7 +781,7 @@ class Sampler:
             action_tokens[i, : len(action)] = action
             action_mask[i, : len(action)] = True
         token_logprobs = self._score(
-            graphdef, state, jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask),
+            graphdef, state, self._unstacked_weights(model), jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask),
             jnp.asarray(action_tokens), jnp.asarray(action_mask), self._cache_dtype(model),
         )
         sums = np.asarray(jnp.sum(token_logprobs, axis=-1))[: len(actions)].astype(np.float32)

@@ -20,6 +20,15 @@ PyTorch is only in the `bench` extra (`pip install torch==2.13.0`).  With
 `--random-weights` (or when the embedded model cannot be loaded) a random
 model of the real SmolLM2 shapes is written to a temporary directory and used
 by both sides: weight values do not change speed.
+
+GPU scale: `--shape=llama-7b --sides=jax --dtype=bfloat16 --batch=1,16,64`
+builds a random-weight LLaMA-7B-shaped model in memory on the default device
+(no files: the GPU machine takes none that large) and times our sampler at
+each batch size.  Besides tokens/s it prints the decode step time and the
+bytes one decode step must read (every weight once, plus the KV cache it
+attends over), i.e. the achieved memory bandwidth, against which a
+memory-bound decode is judged; `--peak-gbs` turns that into a fraction of
+the device's bandwidth.  `--batch` takes a comma-separated list everywhere.
 """
 
 from __future__ import annotations
@@ -34,23 +43,9 @@ import tempfile
 import time
 
 from poad_jax.bench import _sides
+from poad_jax.bench._shapes import SHAPES, build_random_model
 
 MODEL_NAME = "smollm2-135m-instruct"
-SMOLLM2_SHAPES = dict(
-    vocab_size=49152,
-    hidden_size=576,
-    intermediate_size=1536,
-    num_hidden_layers=30,
-    num_attention_heads=9,
-    num_key_value_heads=3,
-    head_dim=64,
-    rope_theta=100000.0,
-    tie_word_embeddings=True,
-    max_position_embeddings=8192,
-    bos_token_id=1,
-    eos_token_id=2,
-    pad_token_id=2,
-)
 
 
 def prompt_ids(batch: int, length: int, vocab_size: int) -> list[list[int]]:
@@ -76,33 +71,73 @@ def best_time(fn, repeats: int) -> tuple[float, list[float]]:
     return min(times), times
 
 
+def decode_bytes(model, batch: int, cache_slots: int) -> int:
+    """Bytes one decode step must read at least: every base weight once, plus
+    the KV cache of `cache_slots` slots for `batch` rows (keys and values of
+    every layer, in the cache dtype = the activation dtype)."""
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    from poad_jax.models.llama import base_filter
+
+    weights = sum(int(np.prod(x.shape)) * x.dtype.itemsize
+                  for x in jax.tree.leaves(nnx.state(model, base_filter())))
+    config = model.config
+    per_slot = 2 * config.num_hidden_layers * config.num_key_value_heads * config.dim_per_head
+    return weights + batch * cache_slots * per_slot * np.dtype(model.dtype).itemsize
+
+
+def device_peak_mib(device) -> float | None:
+    """Peak device memory in MiB where the backend reports it (GPUs), else None."""
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if not stats or "peak_bytes_in_use" not in stats:
+        return None
+    return stats["peak_bytes_in_use"] / 2**20
+
+
 def run_jax(directory: str, args) -> dict:
     import jax
-
-    from poad_jax.models import hf_io
-    from poad_jax.sampling import Sampler, SamplingConfig
-
     import jax.numpy as jnp
 
+    from poad_jax.models import hf_io
+    from poad_jax.sampling import Sampler, SamplingConfig, bucket_size
+
     matmul_dtype = None if args.matmul_dtype == "float32" else jnp.dtype(args.matmul_dtype)
-    model = hf_io.load_hf_model(directory, lora=None, matmul_dtype=matmul_dtype)
-    prompts = prompt_ids(args.batch, args.prompt_tokens, model.config.vocab_size)
+    dtype = jnp.dtype(args.dtype)
+    if args.shape:
+        model = build_random_model(args.shape, lora=None, dtype=dtype, matmul_dtype=matmul_dtype)
+    else:
+        model = hf_io.load_hf_model(directory, lora=None, dtype=dtype, matmul_dtype=matmul_dtype)
     sampler = Sampler()
     rng = jax.random.key(0)
     full = SamplingConfig(temperature=0.0, max_new_tokens=args.new_tokens)
     one = SamplingConfig(temperature=0.0, max_new_tokens=1)
-    result = {}
-    generate_s, times = best_time(lambda: result.update(g=sampler.generate(model, prompts, rng, full)), args.repeats)
-    prefill_s, _ = best_time(lambda: sampler.generate(model, prompts, rng, one), args.repeats)
-    tokens = [t.tolist() for t in result["g"].tokens]
-    assert all(len(t) == args.new_tokens for t in tokens), "ours stopped early"
+    runs = []
+    for batch in args.batches:
+        prompts = prompt_ids(batch, args.prompt_tokens, model.config.vocab_size)
+        result = {}
+        generate_s, times = best_time(
+            lambda: result.update(g=sampler.generate(model, prompts, rng, full)), args.repeats)
+        prefill_s, _ = best_time(lambda: sampler.generate(model, prompts, rng, one), args.repeats)
+        tokens = [t.tolist() for t in result["g"].tokens]
+        assert all(len(t) == args.new_tokens for t in tokens), "ours stopped early"
+        cache_slots = bucket_size(args.prompt_tokens, sampler.prompt_buckets) + args.new_tokens
+        runs.append({
+            "batch": batch,
+            "generate_s": generate_s,
+            "times": times,
+            "prefill_s": prefill_s,
+            "tokens": tokens,
+            "decode_bytes": decode_bytes(model, bucket_size(batch, sampler.batch_buckets), cache_slots),
+        })
+    device = jax.devices()[0]
     return {
-        "generate_s": generate_s,
-        "times": times,
-        "prefill_s": prefill_s,
+        "runs": runs,
         "peak_rss_mib": peak_rss_mib(),
-        "tokens": tokens,
+        "device_peak_mib": device_peak_mib(device),
         "compiles": sampler.compile_count,
+        "device": f"{device.platform}: {device.device_kind}",
     }
 
 
@@ -115,33 +150,32 @@ def run_torch(directory: str, args) -> dict:
 
     model = LlamaForCausalLM.from_pretrained(directory, dtype=getattr(torch, args.torch_dtype))
     model.eval()
-    prompts = prompt_ids(args.batch, args.prompt_tokens, model.config.vocab_size)
-    input_ids = torch.tensor(prompts, dtype=torch.long)
-    attention_mask = torch.ones_like(input_ids)
 
-    def generate(n):
+    def generate(input_ids, n):
         with torch.inference_mode():
             return model.generate(
                 input_ids=input_ids,
-                attention_mask=attention_mask,
+                attention_mask=torch.ones_like(input_ids),
                 max_new_tokens=n,
                 min_new_tokens=n,
                 do_sample=False,
                 pad_token_id=model.config.pad_token_id,
             )
 
-    result = {}
-    generate_s, times = best_time(lambda: result.update(out=generate(args.new_tokens)), args.repeats)
-    prefill_s, _ = best_time(lambda: generate(1), args.repeats)
-    tokens = result["out"][:, args.prompt_tokens :].tolist()
-    return {
-        "generate_s": generate_s,
-        "times": times,
-        "prefill_s": prefill_s,
-        "peak_rss_mib": peak_rss_mib(),
-        "tokens": tokens,
-        "threads": torch.get_num_threads(),
-    }
+    runs = []
+    for batch in args.batches:
+        input_ids = torch.tensor(prompt_ids(batch, args.prompt_tokens, model.config.vocab_size), dtype=torch.long)
+        result = {}
+        generate_s, times = best_time(lambda: result.update(out=generate(input_ids, args.new_tokens)), args.repeats)
+        prefill_s, _ = best_time(lambda: generate(input_ids, 1), args.repeats)
+        runs.append({
+            "batch": batch,
+            "generate_s": generate_s,
+            "times": times,
+            "prefill_s": prefill_s,
+            "tokens": result["out"][:, args.prompt_tokens:].tolist(),
+        })
+    return {"runs": runs, "peak_rss_mib": peak_rss_mib(), "threads": torch.get_num_threads(), "device": "cpu"}
 
 
 def model_directory(random_weights: bool, scratch: str) -> tuple[str, str]:
@@ -154,12 +188,11 @@ def model_directory(random_weights: bool, scratch: str) -> tuple[str, str]:
             return str(embedded_model_directory(MODEL_NAME)), f"{MODEL_NAME} (GGUF from the wheel)"
         except (ModelLoadError, ImportError, KeyError) as error:
             print(f"note: cannot load {MODEL_NAME} ({error}); using random weights of its shapes", file=sys.stderr)
-    from flax import nnx
+    import jax.numpy as jnp
 
-    from poad_jax.models import Llama, LlamaConfig
     from poad_jax.models.hf_io import save_hf_model
 
-    model = Llama(LlamaConfig(**SMOLLM2_SHAPES), lora=None, rngs=nnx.Rngs(0))
+    model = build_random_model("smollm2-135m", lora=None, dtype=jnp.float32, matmul_dtype=None)
     directory = os.path.join(scratch, "random-smollm2")
     save_hf_model(directory, model)
     return directory, "random weights, SmolLM2-135M shapes"
@@ -167,78 +200,144 @@ def model_directory(random_weights: bool, scratch: str) -> tuple[str, str]:
 
 def run_side(side: str, directory: str, args) -> dict:
     """Runs one side in a fresh subprocess (own peak RSS); returns its JSON."""
-    return _sides.run_side("generate", side, [
-        f"--directory={directory}", f"--batch={args.batch}", f"--prompt-tokens={args.prompt_tokens}",
-        f"--new-tokens={args.new_tokens}", f"--repeats={args.repeats}",
-        f"--matmul-dtype={args.matmul_dtype}", f"--torch-dtype={args.torch_dtype}",
-    ])
+    arguments = [
+        f"--directory={directory}", f"--batch={','.join(map(str, args.batches))}",
+        f"--prompt-tokens={args.prompt_tokens}", f"--new-tokens={args.new_tokens}", f"--repeats={args.repeats}",
+        f"--matmul-dtype={args.matmul_dtype}", f"--torch-dtype={args.torch_dtype}", f"--dtype={args.dtype}",
+    ]
+    if args.shape:
+        arguments.append(f"--shape={args.shape}")
+    extra_env = {}
+    if side == "jax" and args.xla_flags:
+        extra_env["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), args.xla_flags]))
+    return _sides.run_side("generate", side, arguments, extra_env)
+
+
+def parse_batches(text: str) -> list[int]:
+    """"1,16,64" -> [1, 16, 64]; ValueError on anything but positive integers."""
+    batches = [int(part) for part in text.split(",") if part.strip()]
+    if not batches or min(batches) < 1:
+        raise ValueError(text)
+    return batches
+
+
+def greedy_agreement(ours: list[list[int]], theirs: list[list[int]]) -> float:
+    """Mean number of leading steps on which both sides chose the same token."""
+    return statistics.mean(
+        next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), len(x)) for x, y in zip(ours, theirs)
+    )
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m poad_jax.bench generate", description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", default="8", help="batch size, or a comma-separated list (e.g. 1,16,64)")
     parser.add_argument("--prompt-tokens", type=int, default=100)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--random-weights", action="store_true", help="random model of SmolLM2 shapes")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="",
+                        help="random weights of these shapes, built in memory (ours only: needs --sides=jax)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="ours: activations, KV cache and non-matmul parameters (bfloat16 on a GPU)")
     parser.add_argument("--matmul-dtype", choices=("float32", "bfloat16"), default="bfloat16",
                         help="ours: bfloat16 weights and matmul operands with float32 accumulation, or all float32")
     parser.add_argument("--torch-dtype", choices=("float32", "bfloat16"), default="float32",
                         help="PyTorch side: model dtype (float32 is the issue's baseline)")
-    parser.add_argument("--side", choices=("both", "jax", "torch"), default="both", help=argparse.SUPPRESS)
+    parser.add_argument("--peak-gbs", type=float, default=0.0,
+                        help="the device's memory bandwidth in GB/s, e.g. 3350 for an H100 SXM: prints the fraction")
+    parser.add_argument("--xla-flags", default="", help="extra XLA_FLAGS for our side")
+    parser.add_argument("--sides", choices=("both", "jax", "torch"), default="both")
+    parser.add_argument("--side", choices=("jax", "torch"), help=argparse.SUPPRESS)
     parser.add_argument("--directory", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if min(args.batch, args.prompt_tokens, args.new_tokens, args.repeats) < 1:
-        print("error: --batch, --prompt-tokens, --new-tokens and --repeats must be >= 1", file=sys.stderr)
+    try:
+        args.batches = parse_batches(args.batch)
+    except ValueError:
+        print(f"error: --batch must be positive integers separated by commas, got {args.batch!r}", file=sys.stderr)
+        return 2
+    if min(args.prompt_tokens, args.new_tokens, args.repeats) < 1:
+        print("error: --prompt-tokens, --new-tokens and --repeats must be >= 1", file=sys.stderr)
+        return 2
+    if args.shape and args.sides != "jax" and not args.side:
+        print("error: --shape builds our model only; add --sides=jax", file=sys.stderr)
         return 2
 
-    if args.side != "both":  # child process: one JSON line
+    if args.side:  # child process: one JSON line
         result = (run_jax if args.side == "jax" else run_torch)(args.directory, args)
         print(json.dumps(result))
         return 0
 
+    sides = ("jax", "torch") if args.sides == "both" else (args.sides,)
     with tempfile.TemporaryDirectory() as scratch:
-        directory, source = model_directory(args.random_weights, scratch)
-        ours = run_side("jax", directory, args)
-        theirs = run_side("torch", directory, args)
+        if args.shape:
+            directory, source = "", f"random weights, {args.shape} shapes"
+        else:
+            directory, source = model_directory(args.random_weights, scratch)
+        results = {side: run_side(side, directory, args) for side in sides}
 
-    generated = args.batch * args.new_tokens
-    prompt = args.batch * args.prompt_tokens
-    rows = []
-    for name, side in ((f"poad_jax ({args.matmul_dtype} matmuls)", ours),
-                       (f"transformers + PyTorch ({args.torch_dtype})", theirs)):
-        side["tok_s"] = generated / side["generate_s"]
-        side["prefill_tok_s"] = prompt / side["prefill_s"]
-        rows.append((name, side))
-    agree = statistics.mean(
-        next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), len(x)) for x, y in zip(ours["tokens"], theirs["tokens"])
-    )
-    ratio = ours["tok_s"] / theirs["tok_s"]
-    print(f"generate: {source}, CPU, batch {args.batch}, {args.prompt_tokens}-token prompts, "
-          f"{args.new_tokens} new tokens (greedy, no early stop), best of {args.repeats}")
-    print(f"{'side':36s} {'generate tok/s':>15s} {'prefill tok/s':>14s} {'wall s':>8s} {'peak RSS MiB':>13s}")
-    for name, side in rows:
-        print(f"{name:36s} {side['tok_s']:15.1f} {side['prefill_tok_s']:14.1f} "
-              f"{side['generate_s']:8.2f} {side['peak_rss_mib']:13.0f}")
-    print(f"ratio (ours / PyTorch generate tok/s): {ratio:.2f}; greedy tokens identical for the first "
-          f"{agree:.1f} of {args.new_tokens} steps on average; our compilations: {ours['compiles']}")
-    summary = {
-        "bench": "generate",
-        "ratio": round(ratio, 3),
-        "ours_tok_s": round(ours["tok_s"], 2),
-        "pytorch_tok_s": round(theirs["tok_s"], 2),
-        "ours_prefill_tok_s": round(ours["prefill_tok_s"], 1),
-        "pytorch_prefill_tok_s": round(theirs["prefill_tok_s"], 1),
-        "ours_peak_rss_mib": round(ours["peak_rss_mib"]),
-        "pytorch_peak_rss_mib": round(theirs["peak_rss_mib"]),
-        "batch": args.batch,
-        "prompt_tokens": args.prompt_tokens,
-        "new_tokens": args.new_tokens,
-        "greedy_agreement_steps": round(agree, 1),
-        "matmul_dtype": args.matmul_dtype,
-        "torch_dtype": args.torch_dtype,
-        "model": source,
-        "device": "cpu",
-    }
+    names = {"jax": f"poad_jax ({args.dtype}, {args.matmul_dtype} matmuls)",
+             "torch": f"transformers + PyTorch ({args.torch_dtype})"}
+    device = results["jax"]["device"] if "jax" in results else "cpu"
+    print(f"generate: {source}, {device}, {args.prompt_tokens}-token prompts, {args.new_tokens} new tokens "
+          f"(greedy, no early stop), best of {args.repeats}")
+    print(f"{'side':40s} {'batch':>5s} {'generate tok/s':>15s} {'prefill tok/s':>14s} {'wall s':>8s} "
+          f"{'decode ms/step':>15s} {'GB/s read':>10s}")
+    table = []
+    for side in sides:
+        for run in results[side]["runs"]:
+            batch = run["batch"]
+            run["tok_s"] = batch * args.new_tokens / run["generate_s"]
+            run["prefill_tok_s"] = batch * args.prompt_tokens / run["prefill_s"]
+            run["decode_step_s"] = max(run["generate_s"] - run["prefill_s"], 0.0) / max(args.new_tokens - 1, 1)
+            gbs = ""
+            if "decode_bytes" in run and run["decode_step_s"] > 0:
+                run["read_gbs"] = run["decode_bytes"] / run["decode_step_s"] / 1e9
+                gbs = f"{run['read_gbs']:10.0f}"
+            table.append((side, run))
+            print(f"{names[side]:40s} {batch:5d} {run['tok_s']:15.1f} {run['prefill_tok_s']:14.1f} "
+                  f"{run['generate_s']:8.2f} {1e3 * run['decode_step_s']:15.2f} {gbs:>10s}")
+    memory = ", ".join(f"{names[side]} peak RSS {results[side]['peak_rss_mib']:.0f} MiB" for side in sides)
+    if "jax" in results and results["jax"].get("device_peak_mib"):
+        memory += f", device peak {results['jax']['device_peak_mib']:.0f} MiB"
+    print(memory)
+    summary = {"bench": "generate"}
+    if len(sides) == 2:
+        ratios, agreements = [], []
+        for ours, theirs in zip(results["jax"]["runs"], results["torch"]["runs"]):
+            ratios.append(ours["tok_s"] / theirs["tok_s"])
+            agreements.append(greedy_agreement(ours["tokens"], theirs["tokens"]))
+            print(f"batch {ours['batch']}: ratio (ours / PyTorch generate tok/s) {ratios[-1]:.2f}; greedy tokens "
+                  f"identical for the first {agreements[-1]:.1f} of {args.new_tokens} steps on average")
+        summary["ratio"] = round(ratios[0], 3)
+        if len(ratios) > 1:
+            summary["ratios"] = [round(r, 3) for r in ratios]
+        summary["greedy_agreement_steps"] = round(agreements[0], 1)
+    if "jax" in results:
+        print(f"our compilations: {results['jax']['compiles']}")
+        if args.peak_gbs > 0:
+            for run in results["jax"]["runs"]:
+                if "read_gbs" in run:
+                    run["bandwidth_fraction"] = run["read_gbs"] / args.peak_gbs
+            print("decode bandwidth at " + f"{args.peak_gbs:g} GB/s peak: " + ", ".join(
+                f"batch {r['batch']} {r['bandwidth_fraction']:.0%}" for r in results["jax"]["runs"]
+                if "bandwidth_fraction" in r))
+    for side, key in (("jax", "ours"), ("torch", "pytorch")):
+        if side not in results:
+            continue
+        first = results[side]["runs"][0]
+        summary[f"{key}_tok_s"] = round(first["tok_s"], 2)
+        summary[f"{key}_prefill_tok_s"] = round(first["prefill_tok_s"], 1)
+        summary[f"{key}_peak_rss_mib"] = round(results[side]["peak_rss_mib"])
+        if len(args.batches) > 1:
+            summary[f"{key}_by_batch"] = {
+                str(r["batch"]): {k: round(r[k], 4 if k.endswith("_s") else 1)
+                                  for k in ("tok_s", "prefill_tok_s", "decode_step_s", "read_gbs") if k in r}
+                for r in results[side]["runs"]}
+    if "jax" in results and results["jax"].get("device_peak_mib"):
+        summary["ours_device_peak_mib"] = round(results["jax"]["device_peak_mib"])
+    summary.update(batch=args.batches[0] if len(args.batches) == 1 else args.batches,
+                   prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, dtype=args.dtype,
+                   matmul_dtype=args.matmul_dtype, torch_dtype=args.torch_dtype, xla_flags=args.xla_flags,
+                   model=source, device=device, load_average=round(os.getloadavg()[0], 1))
     print(json.dumps(summary))
     return 0

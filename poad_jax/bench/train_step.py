@@ -46,19 +46,13 @@ import tempfile
 import time
 
 from poad_jax.bench import _sides
-from poad_jax.bench.generate import SMOLLM2_SHAPES
+from poad_jax.bench._shapes import SHAPES, build_random_model
 from poad_jax.models.llama import REMAT_POLICIES
 
 ROWS = 8
 PROMPT = 128
 ACTION = 128
 THREADS = 4  # rows = threads x steps per thread
-SHAPES = {
-    "smollm2-135m": SMOLLM2_SHAPES,
-    "llama-7b": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                     num_attention_heads=32, num_key_value_heads=32, head_dim=128, rope_theta=10000.0,
-                     tie_word_embeddings=False),
-}
 
 
 def peak_rss_mib() -> float:
@@ -98,10 +92,7 @@ def run_jax(directory: str, args) -> dict:
     matmul_dtype = None if args.matmul_dtype == "float32" else jnp.dtype(args.matmul_dtype)
     dtype = jnp.dtype(args.dtype)
     if args.shape:
-        from poad_jax.models.llama import Llama, LlamaConfig
-
-        model = Llama(LlamaConfig(**SHAPES[args.shape]), lora=lora, dtype=dtype, param_dtype=dtype,
-                      matmul_dtype=matmul_dtype, remat=args.remat, rngs=nnx.Rngs(0))
+        model = build_random_model(args.shape, lora=lora, dtype=dtype, matmul_dtype=matmul_dtype, remat=args.remat)
     else:
         model = hf_io.load_hf_model(directory, lora=lora, dtype=dtype, matmul_dtype=matmul_dtype, remat=args.remat)
     config = model.config
@@ -335,7 +326,8 @@ def main(argv: list[str]) -> int:
     names = {"jax": f"poad_jax (jit, {args.matmul_dtype} matmuls, remat {args.remat})",
              "torch": f"PyTorch + PEFT ({args.torch_dtype})"}
     summary_sides = {}
-    print(f"train_step: {source}, CPU, {args.rows} x {args.prompt + args.action} tokens "
+    device = runs["jax"][0]["device"] if "jax" in runs else "cpu"
+    print(f"train_step: {source}, {device}, {args.rows} x {args.prompt + args.action} tokens "
           f"(prompt {args.prompt} + action {args.action}), LoRA r=8 q,v, one PPO update (1 epoch, 1 minibatch); "
           f"median of {args.rounds} x {args.steps} steps per side")
     print(f"{'side':32s} {'tokens/s':>9s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'first s':>8s} {'peak RSS MiB':>13s}")
@@ -378,6 +370,6 @@ def main(argv: list[str]) -> int:
     summary.update(rows=args.rows, prompt=args.prompt, action=args.action, remat=args.remat,
                    matmul_dtype=args.matmul_dtype, torch_dtype=args.torch_dtype,
                    xla_flags=args.xla_flags, load_average=round(os.getloadavg()[0], 1), model=source,
-                   device="cpu", rounds=args.rounds, steps=args.steps)
+                   device=device, rounds=args.rounds, steps=args.steps)
     print(json.dumps(summary))
     return 0

@@ -163,7 +163,11 @@ class LoraConfig:
 
 
 class KVCache(NamedTuple):
-    """Per-layer keys and values `[L, B, S, KV, D]`; `index` = next free slot."""
+    """Per-layer keys and values `[L, B, S, KV, D]`; `index` = next free slot.
+
+    A uint16 cache holds the bit patterns of bfloat16 keys and values
+    (`init_cache` makes one for a bfloat16 cache on CPU, see `_as_bits`).
+    """
 
     k: jax.Array
     v: jax.Array
@@ -179,9 +183,31 @@ class ModelOutput(NamedTuple):
 
 
 def init_cache(config: LlamaConfig, batch: int, length: int, dtype=jnp.float32) -> KVCache:
-    """An empty KV cache of `length` slots for `batch` rows."""
+    """An empty KV cache of `length` slots for `batch` rows.
+
+    A bfloat16 cache on CPU is stored as its uint16 bit pattern: XLA:CPU
+    widens a bfloat16 dynamic-update-slice to float32, i.e. it would convert
+    the whole cache twice on every write.
+    """
     shape = (config.num_hidden_layers, batch, length, config.num_key_value_heads, config.dim_per_head)
+    if jnp.dtype(dtype) == jnp.bfloat16 and jax.default_backend() == "cpu":
+        dtype = jnp.uint16
     return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((), jnp.int32))
+
+
+def _cache_write(cache: jax.Array, new: jax.Array, slot) -> jax.Array:
+    """Writes `new [1, B, T, KV, D]` into `cache` at `slot` (uint16 cache: bfloat16 bits)."""
+    if cache.dtype == jnp.uint16:
+        new = jax.lax.bitcast_convert_type(new.astype(jnp.bfloat16), jnp.uint16)
+    return jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), slot)
+
+
+def _cache_read(cache: jax.Array, layer) -> jax.Array:
+    """Layer `layer`'s `[B, S, KV, D]` keys or values (bfloat16 for a uint16 cache)."""
+    values = jax.lax.dynamic_index_in_dim(cache, layer, 0, keepdims=False)
+    if cache.dtype == jnp.uint16:
+        return jax.lax.bitcast_convert_type(values, jnp.bfloat16)
+    return values
 
 
 # ---------------------------------------------------------------------------
@@ -428,6 +454,15 @@ class Llama(nnx.Module):
 
     `remat` (one of `REMAT_POLICIES`) says what the backward pass of the
     layer scan saves; it changes memory and speed, not the result.
+
+    `unstacked` (from `unstack_weights`, for inference): separate per-layer
+    copies of the base weight matrices and the output layer as one `[H, V]`
+    array.  The layers then run as an unrolled loop over those arrays instead
+    of a scan over the stacked ones.  Same result; but a scan slices each
+    layer's weights out of the stack, and XLA (CPU and GPU) materialises that
+    slice as a copy before the matmul, so a memory-bound decode step reads and
+    writes every weight twice more than it needs to (and XLA:CPU transposes
+    a tied embedding for the output layer on every call).
     """
 
     def __init__(
@@ -466,6 +501,7 @@ class Llama(nnx.Module):
         *,
         use_lora: bool = True,
         return_logits: bool = True,
+        unstacked: "UnstackedWeights | None" = None,
     ) -> ModelOutput:
         config, dtype, matmul_dtype = self.config, self.dtype, self.matmul_dtype
         batch, length = tokens.shape
@@ -483,10 +519,14 @@ class Llama(nnx.Module):
         lora_scale = self.lora_config.scale if self.lora_config is not None else 0.0
 
         layers = self.layers
+        layer_weights = unstacked.layers if unstacked is not None else None
+        if layer_weights is not None:
+            chex.assert_equal(len(layer_weights), config.num_hidden_layers)
         stacked = {
             "input_norm": layers.input_norm[...],
             "post_attention_norm": layers.post_attention_norm[...],
-            "weights": {name: _as_bits(w[...]) for name, w in layers.weights.items()},
+            "weights": {} if layer_weights is not None else {
+                name: _as_bits(w[...]) for name, w in layers.weights.items()},
             "biases": {name: b[...] for name, b in layers.biases.items()},
             "lora_a": {name: a[...] for name, a in layers.lora_a.items()} if lora_on else {},
             "lora_b": {name: b[...] for name, b in layers.lora_b.items()} if lora_on else {},
@@ -521,10 +561,10 @@ class Llama(nnx.Module):
                 # are written: XLA then updates it in place.  As scan xs/ys
                 # (one slice per layer) it was copied whole on every decode step.
                 slot = (index, 0, start, 0, 0)
-                cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype)[None], slot)
-                cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype)[None], slot)
-                k_all = jax.lax.dynamic_index_in_dim(cache_k, index, 0, keepdims=False)
-                v_all = jax.lax.dynamic_index_in_dim(cache_v, index, 0, keepdims=False)
+                cache_k = _cache_write(cache_k, k[None], slot)
+                cache_v = _cache_write(cache_v, v[None], slot)
+                k_all = _cache_read(cache_k, index)
+                v_all = _cache_read(cache_v, index)
             else:
                 k_all, v_all = k, v
             attended = grouped_query_attention(q, k_all.astype(dtype), v_all.astype(dtype), mask, matmul_dtype)
@@ -547,19 +587,32 @@ class Llama(nnx.Module):
         else:
             x = table[tokens].astype(dtype)
         init = (x, cache.k, cache.v) if cache is not None else (x, None, None)
-        (x, new_k, new_v), _ = jax.lax.scan(
-            layer_step, init, (stacked, jnp.arange(config.num_hidden_layers, dtype=jnp.int32))
-        )
+        if layer_weights is None:
+            (x, new_k, new_v), _ = jax.lax.scan(
+                layer_step, init, (stacked, jnp.arange(config.num_hidden_layers, dtype=jnp.int32))
+            )
+        else:  # unrolled over separate per-layer weight arrays: no weight slice is copied
+            carry = init
+            for i, weights in enumerate(layer_weights):
+                layer = jax.tree.map(lambda a, i=i: a[i], stacked)
+                layer["weights"] = weights
+                carry, _ = layer_step(carry, (layer, i))
+            x, new_k, new_v = carry
         new_caches = (new_k, new_v)
         hidden = rms_norm(x, self.final_norm[...], config.rms_norm_eps)
         new_cache = None
         if cache is not None:
             new_cache = KVCache(new_caches[0], new_caches[1], cache.index + length)
-        logits = self.logits(hidden) if return_logits else None
+        logits = self.logits(hidden, unstacked) if return_logits else None
         return ModelOutput(logits, hidden, new_cache)
 
-    def logits(self, hidden: jax.Array) -> jax.Array:
+    def logits(self, hidden: jax.Array, unstacked: "UnstackedWeights | None" = None) -> jax.Array:
         """Output-layer logits `[..., V]` in float32 from final-norm hidden states."""
+        if unstacked is not None:  # the output layer as one [H, V] array
+            head = unstacked.head
+            if self.matmul_dtype is not None:
+                return mixed_einsum("...h,hv->...v", hidden, head, self.matmul_dtype)
+            return jnp.matmul(hidden, head.astype(self.dtype), preferred_element_type=jnp.float32)
         if self.matmul_dtype is not None:
             if self.lm_head is None:  # tied: contract with the embedding rows, no transpose copy
                 return mixed_einsum("...h,vh->...v", hidden, self.embed[...], self.matmul_dtype)
@@ -569,6 +622,29 @@ class Llama(nnx.Module):
         else:
             head = self.lm_head[...].astype(self.dtype)
         return jnp.matmul(hidden, head, preferred_element_type=jnp.float32)
+
+
+class UnstackedWeights(NamedTuple):
+    """Inference copies of the frozen base (`unstack_weights`): `layers[i]` maps
+    each projection name to layer i's `[in, out]` matrix; `head` is the output
+    layer `[H, V]`."""
+
+    layers: tuple[dict[str, jax.Array], ...]
+    head: jax.Array
+
+
+def unstack_weights(model: Llama) -> UnstackedWeights:
+    """Per-layer copies of the stacked base weight matrices, and the output
+    layer as `[H, V]` (for `Llama.__call__(unstacked=)`).
+
+    Costs one copy of the decoder's weight matrices (and of the embedding when
+    it is tied); norms, biases and LoRA adapters stay stacked (they are small,
+    and LoRA changes between updates).
+    """
+    stacked = {name: w[...] for name, w in model.layers.weights.items()}
+    layers = tuple({name: w[i] for name, w in stacked.items()} for i in range(model.config.num_hidden_layers))
+    head = model.lm_head[...] if model.lm_head is not None else jnp.transpose(model.embed[...])
+    return UnstackedWeights(layers, head)
 
 
 def merge_lora(model: Llama) -> None:

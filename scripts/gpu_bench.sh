@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# GPU-scale benchmarks with random weights of LLaMA-7B shapes, for a machine
+# with an NVIDIA GPU whose python3 already has jax with CUDA (the device
+# machines lent to this project: no registry there, so nothing is installed
+# from PyPI).  The machine's own jax and flax are used (flax 0.12.8, which
+# the CPU set-up pins, needs jax <= 0.10); only if its flax cannot be
+# imported is a carried wheel in .gpu_wheels/ tried.
+#
+#   bash scripts/gpu_bench.sh [OUTDIR]     (logs and JSON lines go to OUTDIR)
+#
+# Runs: the sampler at batch 1, 16 and 64 (tokens/s, decode step time, read
+# bandwidth), the PPO LoRA update at 16 and 64 rows of 256 tokens (MFU), and
+# the model and sampler tests on the GPU.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-/tmp/poad_gpu_bench}}
+mkdir -p "$out"
+PY=${PYTHON:-python3}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+flax_version=$($PY -c "import flax; print(flax.__version__)" 2>/dev/null || echo none)
+wheel=$(ls .gpu_wheels/flax-0.12.8-*.whl 2>/dev/null | head -1)
+site=""
+echo "machine's flax: $flax_version"
+if ! $PY -c "from flax import nnx" 2>/dev/null && [ -n "$wheel" ]; then
+  site=$(mktemp -d)
+  $PY -m pip install -q --no-deps --target "$site" "$wheel"
+fi
+export PYTHONPATH="$PWD${site:+:$site}${PYTHONPATH:+:$PYTHONPATH}"
+$PY -c "import jax, flax, optax, chex; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'chex', chex.__version__, jax.devices())"
+export PYTHONUNBUFFERED=1
+
+run() {  # name, then the command
+  local name=$1; shift
+  echo "== $name: $*"
+  "$@" 2>&1 | tee "$out/$name.log"
+}
+run generate_7b $PY -m poad_jax.bench generate --shape=llama-7b --sides=jax --dtype=bfloat16 \
+  --batch=1,16,64 --prompt-tokens=100 --new-tokens=128 --repeats=3 --peak-gbs=${PEAK_GBS:-3350}
+run train_step_7b_rows16 $PY -m poad_jax.bench train_step --shape=llama-7b --sides=jax --dtype=bfloat16 \
+  --rows=16 --threads=4 --rounds=1 --steps=3 --peak-tflops=${PEAK_TFLOPS:-989}
+run train_step_7b_rows64 $PY -m poad_jax.bench train_step --shape=llama-7b --sides=jax --dtype=bfloat16 \
+  --rows=64 --threads=4 --rounds=1 --steps=3 --peak-tflops=${PEAK_TFLOPS:-989}
+run tests_gpu $PY -m pytest -q -x -p no:cacheprovider tests/test_models_llama.py tests/test_sampling.py
