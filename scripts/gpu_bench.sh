@@ -7,9 +7,10 @@
 # imported is a carried wheel in .gpu_wheels/ tried.
 #
 #   bash scripts/gpu_bench.sh [OUTDIR]     (logs and JSON lines go to OUTDIR)
+#   PARTS="generate tests" bash scripts/gpu_bench.sh   (a subset: generate, train, tests)
 #
 # Runs: the sampler at batch 1, 16 and 64 (tokens/s, decode step time, read
-# bandwidth), the PPO LoRA update at 16 and 64 rows of 256 tokens (MFU), and
+# bandwidth), with unstacked (default) and scanned layer weights, the PPO LoRA update at 16 and 64 rows of 256 tokens (MFU), and
 # the model and sampler tests on the GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,15 +30,20 @@ export PYTHONPATH="$PWD${site:+:$site}${PYTHONPATH:+:$PYTHONPATH}"
 $PY -c "import jax, flax, optax, chex; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'chex', chex.__version__, jax.devices())"
 export PYTHONUNBUFFERED=1
 
-run() {  # name, then the command
+parts=" ${PARTS:-generate train tests} "  # which groups to run, e.g. PARTS="generate tests"
+run() {  # name, then the command; skipped unless the name's group is in $parts
   local name=$1; shift
+  [[ "$parts" == *" ${name%%_*} "* || ("$parts" == *" train "* && $name == train_step*) ]] || return 0
   echo "== $name: $*"
   "$@" 2>&1 | tee "$out/$name.log"
 }
 run generate_7b $PY -m poad_jax.bench generate --shape=llama-7b --sides=jax --dtype=bfloat16 \
   --batch=1,16,64 --prompt-tokens=100 --new-tokens=128 --repeats=3 --peak-gbs=${PEAK_GBS:-3350}
+run generate_7b_scanned $PY -m poad_jax.bench generate --shape=llama-7b --sides=jax --dtype=bfloat16 \
+  --batch=1,16,64 --prompt-tokens=100 --new-tokens=128 --repeats=3 --peak-gbs=${PEAK_GBS:-3350} --scan-layers
 run train_step_7b_rows16 $PY -m poad_jax.bench train_step --shape=llama-7b --sides=jax --dtype=bfloat16 \
   --rows=16 --threads=4 --rounds=1 --steps=3 --peak-tflops=${PEAK_TFLOPS:-989}
 run train_step_7b_rows64 $PY -m poad_jax.bench train_step --shape=llama-7b --sides=jax --dtype=bfloat16 \
   --rows=64 --threads=4 --rounds=1 --steps=3 --peak-tflops=${PEAK_TFLOPS:-989}
-run tests_gpu $PY -m pytest -q -x -p no:cacheprovider tests/test_models_llama.py tests/test_sampling.py
+run tests_gpu $PY -m pytest -q -p no:cacheprovider tests/test_models_llama.py tests/test_sampling.py \
+  tests/test_models_precision.py tests/test_backups.py

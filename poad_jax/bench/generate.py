@@ -109,7 +109,7 @@ def run_jax(directory: str, args) -> dict:
         model = build_random_model(args.shape, lora=None, dtype=dtype, matmul_dtype=matmul_dtype)
     else:
         model = hf_io.load_hf_model(directory, lora=None, dtype=dtype, matmul_dtype=matmul_dtype)
-    sampler = Sampler()
+    sampler = Sampler(unstack_layers=not args.scan_layers)
     rng = jax.random.key(0)
     full = SamplingConfig(temperature=0.0, max_new_tokens=args.new_tokens)
     one = SamplingConfig(temperature=0.0, max_new_tokens=1)
@@ -204,7 +204,7 @@ def run_side(side: str, directory: str, args) -> dict:
         f"--directory={directory}", f"--batch={','.join(map(str, args.batches))}",
         f"--prompt-tokens={args.prompt_tokens}", f"--new-tokens={args.new_tokens}", f"--repeats={args.repeats}",
         f"--matmul-dtype={args.matmul_dtype}", f"--torch-dtype={args.torch_dtype}", f"--dtype={args.dtype}",
-    ]
+    ] + (["--scan-layers"] if args.scan_layers else [])
     if args.shape:
         arguments.append(f"--shape={args.shape}")
     extra_env = {}
@@ -246,6 +246,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--peak-gbs", type=float, default=0.0,
                         help="the device's memory bandwidth in GB/s, e.g. 3350 for an H100 SXM: prints the fraction")
     parser.add_argument("--xla-flags", default="", help="extra XLA_FLAGS for our side")
+    parser.add_argument("--scan-layers", action="store_true",
+                        help="ours: scan over the stacked layer weights (Sampler(unstack_layers=False))")
     parser.add_argument("--sides", choices=("both", "jax", "torch"), default="both")
     parser.add_argument("--side", choices=("jax", "torch"), help=argparse.SUPPRESS)
     parser.add_argument("--directory", help=argparse.SUPPRESS)
@@ -275,7 +277,8 @@ def main(argv: list[str]) -> int:
             directory, source = model_directory(args.random_weights, scratch)
         results = {side: run_side(side, directory, args) for side in sides}
 
-    names = {"jax": f"poad_jax ({args.dtype}, {args.matmul_dtype} matmuls)",
+    layers = ", scanned layers" if args.scan_layers else ""
+    names = {"jax": f"poad_jax ({args.dtype}, {args.matmul_dtype} matmuls{layers})",
              "torch": f"transformers + PyTorch ({args.torch_dtype})"}
     device = results["jax"]["device"] if "jax" in results else "cpu"
     print(f"generate: {source}, {device}, {args.prompt_tokens}-token prompts, {args.new_tokens} new tokens "
@@ -338,6 +341,7 @@ def main(argv: list[str]) -> int:
     summary.update(batch=args.batches[0] if len(args.batches) == 1 else args.batches,
                    prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens, dtype=args.dtype,
                    matmul_dtype=args.matmul_dtype, torch_dtype=args.torch_dtype, xla_flags=args.xla_flags,
+                   unstacked_layers=not args.scan_layers,
                    model=source, device=device, load_average=round(os.getloadavg()[0], 1))
     print(json.dumps(summary))
     return 0
