@@ -18,7 +18,7 @@ from flax import nnx
 
 from poad_jax.models import LlamaConfig, LoraConfig, init_cache
 from poad_jax.models import hf_io
-from poad_jax.models.llama import merge_lora
+from poad_jax.models.llama import merge_lora, unstack_weights
 
 TOLERANCE = 2e-5  # float32 model vs float64 reference, logits of order 1
 
@@ -257,3 +257,31 @@ def test_config_round_trips_through_hf_dict():
         config = LlamaConfig.from_hf(tiny_hf_config(model_type))
         assert LlamaConfig.from_hf(config.to_hf()).to_hf() == config.to_hf()
         assert config.attention_bias == (model_type == "qwen2")
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_unstacked_weights_give_the_scanned_forward(tiny_checkpoint, use_cache):
+    """`unstack_weights` + the unrolled layer loop = the scan over stacked weights,
+    with LoRA adapters on (they stay stacked) and with or without a KV cache."""
+    _, _, directory = tiny_checkpoint
+    model = hf_io.load_hf_model(directory, lora=LoraConfig(rank=4, targets=("q_proj", "v_proj", "up_proj")))
+    _randomise_lora_b(model, seed=5)
+    unstacked = unstack_weights(model)
+    assert len(unstacked.layers) == model.config.num_hidden_layers
+    assert unstacked.head.shape == (model.config.hidden_size, model.config.vocab_size)
+    np.testing.assert_array_equal(unstacked.layers[1]["down_proj"], model.layers.weights["down_proj"][...][1])
+    tokens = np.stack([TOKENS, TOKENS[::-1]])
+    positions = np.broadcast_to(np.arange(len(TOKENS)), tokens.shape)
+    mask = np.ones(tokens.shape, bool)
+    cache = init_cache(model.config, batch=2, length=len(TOKENS)) if use_cache else None
+    scanned = model(jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask), cache)
+    unrolled = model(jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask), cache, unstacked=unstacked)
+    np.testing.assert_allclose(unrolled.logits, scanned.logits, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(unrolled.hidden, scanned.hidden, atol=1e-5, rtol=0)
+    if use_cache:
+        np.testing.assert_allclose(unrolled.cache.k, scanned.cache.k, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(unrolled.cache.v, scanned.cache.v, atol=1e-5, rtol=0)
+    # a wrong number of layers is refused
+    with pytest.raises(AssertionError):
+        model(jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask),
+              unstacked=unstacked._replace(layers=unstacked.layers[:1]))

@@ -35,10 +35,10 @@ CONFIG = LlamaConfig(
 PROMPTS = [[3, 7, 1, 9, 12], [5, 2], [8, 8, 4, 30, 21, 17, 40, 2, 6]]
 
 
-def make_model(seed: int = 0) -> Llama:
+def make_model(seed: int = 0, matmul_dtype=None) -> Llama:
     """Tiny random model with non-zero LoRA B (so adapters matter), logits scaled
     up so distributions are far from uniform."""
-    model = Llama(CONFIG, lora=LoraConfig(rank=4, alpha=8.0), rngs=nnx.Rngs(seed))
+    model = Llama(CONFIG, lora=LoraConfig(rank=4, alpha=8.0), matmul_dtype=matmul_dtype, rngs=nnx.Rngs(seed))
     rng = np.random.default_rng(seed)
     for name in model.layers.lora_b.keys():
         b = model.layers.lora_b[name]
@@ -402,3 +402,50 @@ def test_one_token_prompt_in_a_one_slot_bucket(model):
     for _ in range(3):
         sequence.append(int(np.argmax(full_forward_logits(model, sequence)[-1])))
     assert gen.tokens[0].tolist() == sequence[1:]
+
+
+# ---------------------------------------------------------------------------
+# Unstacked layer weights (the default) against the scan over stacked weights.
+
+
+@pytest.mark.parametrize("matmul_dtype", [None, jnp.bfloat16])
+def test_unstacked_and_scanned_samplers_agree(matmul_dtype):
+    model = make_model(2, matmul_dtype)  # bfloat16 matmuls: a bfloat16 cache by default too
+    unstacked = Sampler(batch_buckets=(4,), prompt_buckets=(16,))
+    scanned = Sampler(batch_buckets=(4,), prompt_buckets=(16,), unstack_layers=False)
+    assert unstacked._cache_dtype(model) == (jnp.bfloat16 if matmul_dtype is not None else jnp.float32)
+    for config in (SamplingConfig(temperature=0, max_new_tokens=10), SamplingConfig(temperature=0.8, max_new_tokens=10)):
+        a = unstacked.generate(model, PROMPTS, jax.random.key(4), config)
+        b = scanned.generate(model, PROMPTS, jax.random.key(4), config)
+        for x, y, lx, ly in zip(a.tokens, b.tokens, a.logprobs, b.logprobs):
+            assert x.tolist() == y.tolist()
+            np.testing.assert_allclose(lx, ly, atol=1e-5, rtol=0)
+    candidates = [[[1, 2], [1, 3, 5], [7]]] * len(PROMPTS)
+    a = unstacked.generate_constrained(model, PROMPTS, candidates, jax.random.key(1), 0.0)
+    b = scanned.generate_constrained(model, PROMPTS, candidates, jax.random.key(1), 0.0)
+    assert a.action_index.tolist() == b.action_index.tolist()
+    actions = [[1, 2], [3, 4, 5], [6]]
+    np.testing.assert_allclose(unstacked.score_actions(model, PROMPTS[0], actions).token_logprob_sums,
+                               scanned.score_actions(model, PROMPTS[0], actions).token_logprob_sums, atol=1e-5)
+
+
+def test_unstacked_copy_is_reused_until_the_base_weights_change():
+    model = make_model(3)
+    sampler = Sampler(batch_buckets=(4,), prompt_buckets=(16,))
+    greedy = SamplingConfig(temperature=0, max_new_tokens=6)
+    sampler.generate(model, PROMPTS, jax.random.key(0), greedy)
+    copy = sampler._unstacked[1]
+    for name in model.layers.lora_b.keys():  # a PPO update: adapters change, the base does not
+        model.layers.lora_b[name][...] = model.layers.lora_b[name][...] + 0.3
+    after_lora = sampler.generate(model, PROMPTS, jax.random.key(0), greedy)
+    assert sampler._unstacked[1] is copy
+    logits = full_forward_logits(model, PROMPTS[0] + after_lora.tokens[0].tolist())
+    expected = np_log_softmax(logits)[np.arange(len(PROMPTS[0]) - 1, len(PROMPTS[0]) + 5), after_lora.tokens[0]]
+    np.testing.assert_allclose(after_lora.logprobs[0], expected, atol=2e-5)
+    w = model.layers.weights["up_proj"]  # new base weights: a new copy, and they are used
+    w[...] = w[...] * 1.5
+    after_base = sampler.generate(model, PROMPTS, jax.random.key(0), greedy)
+    assert sampler._unstacked[1] is not copy
+    logits = full_forward_logits(model, PROMPTS[0] + after_base.tokens[0].tolist())
+    expected = np_log_softmax(logits)[np.arange(len(PROMPTS[0]) - 1, len(PROMPTS[0]) + 5), after_base.tokens[0]]
+    np.testing.assert_allclose(after_base.logprobs[0], expected, atol=2e-5)
