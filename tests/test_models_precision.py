@@ -115,11 +115,12 @@ def test_remat_policies_change_no_gradient(tiny_checkpoint):  # noqa: F811
     reference = jax.tree.leaves(results["none"])
     assert max(np.abs(leaf).max() for leaf in reference) > 1e-3
     # XLA:GPU fuses a recomputed layer differently, so its reductions sum in
-    # another order: float32 rounding differences up to ~1e-4 relative there.
-    rtol = 1e-5 if jax.default_backend() == "cpu" else 3e-4
+    # another order: float32 rounding differences up to ~1e-4 relative (and
+    # ~2e-5 absolute on small entries) there, seen on an H100.
+    rtol, atol = (1e-5, 1e-6) if jax.default_backend() == "cpu" else (3e-4, 5e-5)
     for remat in REMAT_POLICIES:
         for got, expected in zip(jax.tree.leaves(results[remat]), reference):
-            np.testing.assert_allclose(got, expected, rtol=rtol, atol=1e-6, err_msg=remat)
+            np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, err_msg=remat)
 
 
 def test_bfloat16_matmul_gradients_point_the_same_way(tiny_checkpoint):  # noqa: F811
