@@ -13,12 +13,15 @@ import subprocess
 import sys
 
 
-def run_side(bench: str, side: str, arguments: list[str], extra_env: dict[str, str] | None = None) -> dict:
-    """`python -m poad_jax.bench <bench> --side=<side> <arguments>`; returns its last-line JSON."""
+def run_side(bench: str, side: str, arguments: list[str], xla_flags: str = "") -> dict:
+    """`python -m poad_jax.bench <bench> --side=<side> <arguments>`; returns its last-line JSON.
+
+    `xla_flags` are appended to XLA_FLAGS for our (jax) side only."""
     command = [sys.executable, "-m", "poad_jax.bench", bench, f"--side={side}", *arguments]
     root = str(pathlib.Path(__file__).parents[2])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    env.update(extra_env or {})
+    if side == "jax" and xla_flags:
+        env["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), xla_flags]))
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.stderr.write(done.stderr[-4000:])

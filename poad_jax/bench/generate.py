@@ -71,10 +71,10 @@ def best_time(fn, repeats: int) -> tuple[float, list[float]]:
     return min(times), times
 
 
-def decode_bytes(model, batch: int, cache_slots: int) -> int:
+def decode_bytes(model, batch: int, cache_slots: int, cache_dtype) -> int:
     """Bytes one decode step must read at least: every base weight once, plus
     the KV cache of `cache_slots` slots for `batch` rows (keys and values of
-    every layer, in the cache dtype = the activation dtype)."""
+    every layer, in `cache_dtype`)."""
     import jax
     import numpy as np
     from flax import nnx
@@ -85,7 +85,7 @@ def decode_bytes(model, batch: int, cache_slots: int) -> int:
                   for x in jax.tree.leaves(nnx.state(model, base_filter())))
     config = model.config
     per_slot = 2 * config.num_hidden_layers * config.num_key_value_heads * config.dim_per_head
-    return weights + batch * cache_slots * per_slot * np.dtype(model.dtype).itemsize
+    return weights + batch * cache_slots * per_slot * np.dtype(cache_dtype).itemsize
 
 
 def device_peak_mib(device) -> float | None:
@@ -129,7 +129,8 @@ def run_jax(directory: str, args) -> dict:
             "times": times,
             "prefill_s": prefill_s,
             "tokens": tokens,
-            "decode_bytes": decode_bytes(model, bucket_size(batch, sampler.batch_buckets), cache_slots),
+            "decode_bytes": decode_bytes(model, bucket_size(batch, sampler.batch_buckets), cache_slots,
+                                         sampler._cache_dtype(model)),
         })
     device = jax.devices()[0]
     return {
@@ -207,10 +208,7 @@ def run_side(side: str, directory: str, args) -> dict:
     ] + (["--scan-layers"] if args.scan_layers else [])
     if args.shape:
         arguments.append(f"--shape={args.shape}")
-    extra_env = {}
-    if side == "jax" and args.xla_flags:
-        extra_env["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), args.xla_flags]))
-    return _sides.run_side("generate", side, arguments, extra_env)
+    return _sides.run_side("generate", side, arguments, args.xla_flags)
 
 
 def parse_batches(text: str) -> list[int]:

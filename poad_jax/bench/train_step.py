@@ -261,13 +261,10 @@ def run_side(side: str, directory: str, args) -> dict:
         f"--threads={args.threads}", f"--steps={args.steps}", f"--remat={args.remat}",
         f"--matmul-dtype={args.matmul_dtype}", f"--torch-dtype={args.torch_dtype}",
     ] + (["--profile"] if args.profile else [])
-    extra_env = {}
     if args.shape:
         arguments.append(f"--shape={args.shape}")
     arguments.append(f"--dtype={args.dtype}")
-    if side == "jax" and args.xla_flags:
-        extra_env["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("XLA_FLAGS"), args.xla_flags]))
-    return _sides.run_side("train_step", side, arguments, extra_env)
+    return _sides.run_side("train_step", side, arguments, args.xla_flags)
 
 
 def main(argv: list[str]) -> int:

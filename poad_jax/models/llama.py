@@ -166,7 +166,8 @@ class KVCache(NamedTuple):
     """Per-layer keys and values `[L, B, S, KV, D]`; `index` = next free slot.
 
     A uint16 cache holds the bit patterns of bfloat16 keys and values
-    (`init_cache` makes one for a bfloat16 cache on CPU, see `_as_bits`).
+    (`init_cache` makes one for a bfloat16 cache on CPU; `_cache_write` and
+    `_cache_read` convert).
     """
 
     k: jax.Array
@@ -199,7 +200,9 @@ def _cache_write(cache: jax.Array, new: jax.Array, slot) -> jax.Array:
     """Writes `new [1, B, T, KV, D]` into `cache` at `slot` (uint16 cache: bfloat16 bits)."""
     if cache.dtype == jnp.uint16:
         new = jax.lax.bitcast_convert_type(new.astype(jnp.bfloat16), jnp.uint16)
-    return jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), slot)
+    else:
+        new = new.astype(cache.dtype)
+    return jax.lax.dynamic_update_slice(cache, new, slot)
 
 
 def _cache_read(cache: jax.Array, layer) -> jax.Array:
@@ -519,13 +522,12 @@ class Llama(nnx.Module):
         lora_scale = self.lora_config.scale if self.lora_config is not None else 0.0
 
         layers = self.layers
-        layer_weights = unstacked.layers if unstacked is not None else None
-        if layer_weights is not None:
-            chex.assert_equal(len(layer_weights), config.num_hidden_layers)
+        if unstacked is not None:
+            chex.assert_equal(len(unstacked.layers), config.num_hidden_layers)
         stacked = {
             "input_norm": layers.input_norm[...],
             "post_attention_norm": layers.post_attention_norm[...],
-            "weights": {} if layer_weights is not None else {
+            "weights": {} if unstacked is not None else {
                 name: _as_bits(w[...]) for name, w in layers.weights.items()},
             "biases": {name: b[...] for name, b in layers.biases.items()},
             "lora_a": {name: a[...] for name, a in layers.lora_a.items()} if lora_on else {},
@@ -587,13 +589,13 @@ class Llama(nnx.Module):
         else:
             x = table[tokens].astype(dtype)
         init = (x, cache.k, cache.v) if cache is not None else (x, None, None)
-        if layer_weights is None:
+        if unstacked is None:
             (x, new_k, new_v), _ = jax.lax.scan(
                 layer_step, init, (stacked, jnp.arange(config.num_hidden_layers, dtype=jnp.int32))
             )
         else:  # unrolled over separate per-layer weight arrays: no weight slice is copied
             carry = init
-            for i, weights in enumerate(layer_weights):
+            for i, weights in enumerate(unstacked.layers):
                 layer = jax.tree.map(lambda a, i=i: a[i], stacked)
                 layer["weights"] = weights
                 carry, _ = layer_step(carry, (layer, i))
