@@ -18,7 +18,7 @@ from flax import nnx
 
 from poad_jax.models import LlamaConfig, LoraConfig, init_cache
 from poad_jax.models import hf_io
-from poad_jax.models.llama import merge_lora, unstack_weights
+from poad_jax.models.llama import attention_over_cache, grouped_query_attention, merge_lora, unstack_weights
 
 TOLERANCE = 2e-5  # float32 model vs float64 reference, logits of order 1
 
@@ -257,6 +257,49 @@ def test_config_round_trips_through_hf_dict():
         config = LlamaConfig.from_hf(tiny_hf_config(model_type))
         assert LlamaConfig.from_hf(config.to_hf()).to_hf() == config.to_hf()
         assert config.attention_bias == (model_type == "qwen2")
+
+
+def numpy_attention_over_cache(q, keys, values, mask):
+    """Grouped-query attention in float64: q `[B, T, N, D]`, keys `[B, KV, S, D]`,
+    values `[B, KV, D, S]`, mask `[B, T, S]`; a query that sees no key gets zeros."""
+    q, keys, values = (np.asarray(a, np.float64) for a in (q, keys, values))
+    groups = q.shape[2] // keys.shape[1]
+    keys = np.repeat(keys, groups, axis=1)  # [B, N, S, D], head n uses KV head n // groups
+    values = np.repeat(values, groups, axis=1)  # [B, N, D, S]
+    scores = np.einsum("btnd,bnsd->bnts", q, keys) / np.sqrt(q.shape[-1])
+    visible = np.asarray(mask, bool)[:, None]
+    scores = np.where(visible, scores, -np.inf)
+    top = np.max(scores, axis=-1, keepdims=True)
+    probs = np.where(visible, np.exp(scores - np.where(np.isfinite(top), top, 0.0)), 0.0)
+    total = probs.sum(-1, keepdims=True)
+    probs = probs / np.where(total > 0, total, 1.0)
+    return np.einsum("bnts,bnds->btnd", probs, values)
+
+
+@pytest.mark.parametrize("length", [1, 3])
+def test_attention_over_cache_matches_numpy_and_the_cacheless_attention(length):
+    """The cache-layout attention (keys `[B, KV, S, D]`, values `[B, KV, D, S]`)
+    against a float64 NumPy reference, including a query that sees no key;
+    and with bfloat16 operands, against `grouped_query_attention` on the same
+    keys and values in its `[B, S, KV, D]` layout (same rounding points)."""
+    batch, n_heads, n_kv, slots, dim = 3, 6, 2, 7, 8
+    rng = np.random.default_rng(length)
+    q = rng.standard_normal((batch, length, n_heads, dim)).astype(np.float32)
+    keys = rng.standard_normal((batch, n_kv, slots, dim)).astype(np.float32)
+    values = rng.standard_normal((batch, n_kv, dim, slots)).astype(np.float32)
+    mask = rng.random((batch, length, slots)) < 0.6
+    mask[0, 0] = False  # sees nothing: zeros
+    mask[1:, :, 0] = True  # every other query sees at least one key
+    ours = jax.jit(attention_over_cache, static_argnums=4)
+    out = np.asarray(ours(q, keys, values, mask, None))
+    assert out.shape == (batch, length, n_heads, dim)
+    np.testing.assert_allclose(out, numpy_attention_over_cache(q, keys, values, mask), atol=2e-6, rtol=0)
+    np.testing.assert_array_equal(out[0, 0], 0.0)
+
+    low = np.asarray(ours(q, keys, values, mask, jnp.bfloat16))
+    cacheless = grouped_query_attention(q, np.swapaxes(keys, 1, 2), np.transpose(values, (0, 3, 1, 2)), mask, jnp.bfloat16)
+    np.testing.assert_allclose(low, np.asarray(cacheless), atol=1e-6, rtol=0)
+    assert np.max(np.abs(low - out)) > 1e-4  # bfloat16 operands really were rounded
 
 
 @pytest.mark.parametrize("use_cache", [False, True])

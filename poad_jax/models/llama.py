@@ -163,16 +163,25 @@ class LoraConfig:
 
 
 class KVCache(NamedTuple):
-    """Per-layer keys and values `[L, B, S, KV, D]`; `index` = next free slot.
+    """Per-layer keys `k [L, B, KV, S, D]` and values `v [L, B, KV, D, S]`;
+    `index` = next free slot.
 
-    A uint16 cache holds the bit patterns of bfloat16 keys and values
-    (`init_cache` makes one for a bfloat16 cache on CPU; `_cache_write` and
-    `_cache_read` convert).
+    Both are laid out with the dimension attention contracts over last (D
+    for the scores q k^T, S for the weighted sum of values), the layout the
+    matmul kernels read directly: any other one costs a transposed copy of
+    every layer's cache on every decode step.  A uint16 cache holds the bit
+    patterns of bfloat16 keys and values (`init_cache` makes one for a
+    bfloat16 cache on CPU; `_cache_write` and `_cache_read` convert).
     """
 
     k: jax.Array
     v: jax.Array
     index: jax.Array  # int32 scalar
+
+    @property
+    def length(self) -> int:
+        """Slots per row (S)."""
+        return self.k.shape[3]
 
 
 class ModelOutput(NamedTuple):
@@ -184,20 +193,24 @@ class ModelOutput(NamedTuple):
 
 
 def init_cache(config: LlamaConfig, batch: int, length: int, dtype=jnp.float32) -> KVCache:
-    """An empty KV cache of `length` slots for `batch` rows.
+    """An empty KV cache of `length` slots for `batch` rows (layout: `KVCache`).
 
     A bfloat16 cache on CPU is stored as its uint16 bit pattern: XLA:CPU
     widens a bfloat16 dynamic-update-slice to float32, i.e. it would convert
     the whole cache twice on every write.
     """
-    shape = (config.num_hidden_layers, batch, length, config.num_key_value_heads, config.dim_per_head)
+    layers, kv, dim = config.num_hidden_layers, config.num_key_value_heads, config.dim_per_head
     if jnp.dtype(dtype) == jnp.bfloat16 and jax.default_backend() == "cpu":
         dtype = jnp.uint16
-    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((), jnp.int32))
+    keys = jnp.zeros((layers, batch, kv, length, dim), dtype)
+    values = jnp.zeros((layers, batch, kv, dim, length), dtype)
+    return KVCache(keys, values, jnp.zeros((), jnp.int32))
 
 
 def _cache_write(cache: jax.Array, new: jax.Array, slot) -> jax.Array:
-    """Writes `new [1, B, T, KV, D]` into `cache` at `slot` (uint16 cache: bfloat16 bits)."""
+    """Writes `new` (one layer's block, in the cache's layout, with a leading
+    layer axis of 1) into `cache` at index tuple `slot` (uint16 cache:
+    bfloat16 bits)."""
     if cache.dtype == jnp.uint16:
         new = jax.lax.bitcast_convert_type(new.astype(jnp.bfloat16), jnp.uint16)
     else:
@@ -206,7 +219,8 @@ def _cache_write(cache: jax.Array, new: jax.Array, slot) -> jax.Array:
 
 
 def _cache_read(cache: jax.Array, layer) -> jax.Array:
-    """Layer `layer`'s `[B, S, KV, D]` keys or values (bfloat16 for a uint16 cache)."""
+    """Layer `layer`'s keys `[B, KV, S, D]` or values `[B, KV, D, S]`
+    (bfloat16 for a uint16 cache)."""
     values = jax.lax.dynamic_index_in_dim(cache, layer, 0, keepdims=False)
     if cache.dtype == jnp.uint16:
         return jax.lax.bitcast_convert_type(values, jnp.bfloat16)
@@ -318,6 +332,14 @@ def _mixed_einsum_bwd(spec, operand_dtype, residuals, grad):
 mixed_einsum.defvjp(_mixed_einsum_fwd, _mixed_einsum_bwd)
 
 
+def _attention_weights(scores: jax.Array, visible: jax.Array) -> jax.Array:
+    """w = softmax(scores) over the last axis, restricted to `visible` keys;
+    a query with no visible key gets all-zero weights."""
+    scores = jnp.where(visible, scores, jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(scores, axis=-1)
+    return jnp.where(visible, weights, 0.0)
+
+
 def grouped_query_attention(q, k, v, mask, matmul_dtype=None):
     """softmax(q k^T / sqrt(D) + mask) v with KV heads shared by query groups.
 
@@ -334,16 +356,45 @@ def grouped_query_attention(q, k, v, mask, matmul_dtype=None):
         scores = mixed_einsum("btkgd,bskd->bkgts", q, k, matmul_dtype)
     else:
         scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
-    scores = scores / jnp.sqrt(jnp.float32(dim))
-    visible = mask[:, None, None, :, :]
-    scores = jnp.where(visible, scores, jnp.finfo(jnp.float32).min)
-    weights = jax.nn.softmax(scores, axis=-1)
-    weights = jnp.where(visible, weights, 0.0)
+    weights = _attention_weights(scores / jnp.sqrt(jnp.float32(dim)), mask[:, None, None, :, :])
     if matmul_dtype is not None:
         out = mixed_einsum("bkgts,bskd->btkgd", weights, v, matmul_dtype).astype(v.dtype)
     else:
         out = jnp.einsum("bkgts,bskd->btkgd", weights.astype(v.dtype), v)
     return out.reshape(batch, length, num_heads, dim)
+
+
+def attention_over_cache(q, keys, values, mask, matmul_dtype=None):
+    """`grouped_query_attention` over keys `[B, KV, S, D]` and values
+    `[B, KV, D, S]` (the KV cache's layout, `KVCache`):
+
+        out[b, t, (k, g)] = sum_s w[b, k, t, g, s] values[b, k, :, s],
+        w[b, k, t, g] = softmax_s(q[b, t, (k, g)] . keys[b, k, s] / sqrt(D) + mask)
+
+    q `[B, T, N, D]` with N = KV * groups, mask `[B, T, S]` -> `[B, T, N, D]`
+    in q's dtype.  Both matmuls are plain batched matmuls over (b, k) with
+    M = T * groups: at decode (T = 1) no operand needs a transposed copy,
+    which at these sizes costs more than the matmuls (docs/performance.md).
+    Operands are rounded to `matmul_dtype` when given (else taken in q's
+    dtype), accumulation is float32.
+    """
+    batch, length, num_heads, dim = q.shape
+    num_kv, slots = keys.shape[1], keys.shape[2]
+    groups, dtype = num_heads // num_kv, q.dtype
+    chex.assert_shape(keys, (batch, num_kv, slots, dim))
+    chex.assert_shape(values, (batch, num_kv, dim, slots))
+    chex.assert_shape(mask, (batch, length, slots))
+    operand_dtype = dtype if matmul_dtype is None else matmul_dtype
+    batched = (((3,), (3,)), ((0, 1), (0, 1)))  # [b, k, m, c] x [b, k, n, c] -> [b, k, m, n]
+    q = q.reshape(batch, length, num_kv, groups, dim).transpose(0, 2, 1, 3, 4)
+    q = q.reshape(batch, num_kv, length * groups, dim).astype(operand_dtype)
+    scores = jax.lax.dot_general(q, keys.astype(operand_dtype), batched, preferred_element_type=jnp.float32)
+    scores = scores.reshape(batch, num_kv, length, groups, slots) / jnp.sqrt(jnp.float32(dim))
+    weights = _attention_weights(scores, mask[:, None, :, None, :])
+    weights = weights.reshape(batch, num_kv, length * groups, slots).astype(operand_dtype)
+    out = jax.lax.dot_general(weights, values.astype(operand_dtype), batched, preferred_element_type=jnp.float32)
+    out = out.reshape(batch, num_kv, length, groups, dim).transpose(0, 2, 1, 3, 4)
+    return out.reshape(batch, length, num_heads, dim).astype(dtype)
 
 
 def _as_bits(x: jax.Array) -> jax.Array:
@@ -514,7 +565,7 @@ class Llama(nnx.Module):
             chex.assert_shape(key_mask, (batch, length))
             start = jnp.zeros((), jnp.int32)
         else:
-            chex.assert_shape(key_mask, (batch, cache.k.shape[2]))
+            chex.assert_shape(key_mask, (batch, cache.length))
             start = cache.index
         mask = attention_mask(key_mask, length, start)
         inv_freq = rope_inverse_frequencies(config)
@@ -562,14 +613,13 @@ class Llama(nnx.Module):
                 # The whole cache rides in the scan carry and only the new slots
                 # are written: XLA then updates it in place.  As scan xs/ys
                 # (one slice per layer) it was copied whole on every decode step.
-                slot = (index, 0, start, 0, 0)
-                cache_k = _cache_write(cache_k, k[None], slot)
-                cache_v = _cache_write(cache_v, v[None], slot)
-                k_all = _cache_read(cache_k, index)
-                v_all = _cache_read(cache_v, index)
+                cache_k = _cache_write(cache_k, jnp.swapaxes(k, 1, 2)[None], (index, 0, 0, start, 0))
+                cache_v = _cache_write(cache_v, jnp.transpose(v, (0, 2, 3, 1))[None], (index, 0, 0, 0, start))
+                attended = attention_over_cache(
+                    q, _cache_read(cache_k, index), _cache_read(cache_v, index), mask, matmul_dtype
+                )
             else:
-                k_all, v_all = k, v
-            attended = grouped_query_attention(q, k_all.astype(dtype), v_all.astype(dtype), mask, matmul_dtype)
+                attended = grouped_query_attention(q, k, v, mask, matmul_dtype)
             x = x + project(attended.reshape(batch, length, n_heads * head_dim), layer, "o_proj")
             h = rms_norm(x, layer["post_attention_norm"], config.rms_norm_eps)
             gated = jax.nn.silu(project(h, layer, "gate_proj")) * project(h, layer, "up_proj")
