@@ -334,7 +334,8 @@ def _prefill(
     key_mask = jnp.concatenate([mask, jnp.ones((batch, cache_length - length), bool)], axis=1)
     positions = left_padded_positions(mask)
     if length > 1:
-        out = model(tokens[:, :-1], positions[:, :-1], key_mask, cache, return_logits=False, unstacked=unstacked)
+        out = model(tokens[:, :-1], positions[:, :-1], key_mask, cache, return_logits=False, unstacked=unstacked,
+                    empty_cache=True)
         cache = out.cache
     return DecodeCarry(
         cache=cache,
@@ -445,7 +446,7 @@ def _action_token_logprobs(model, unstacked, prompt, prompt_mask, actions, actio
     cache = init_cache(model.config, 1, length + action_length, cache_dtype)
     key_mask = jnp.concatenate([prompt_mask, jnp.ones((1, action_length), bool)], axis=1)
     out = model(prompt, left_padded_positions(prompt_mask), key_mask, cache, return_logits=False,
-                unstacked=unstacked)
+                unstacked=unstacked, empty_cache=True)
     first_logits = model.logits(out.hidden[:, -1], unstacked)  # [1, V]
     shared = KVCache(
         jnp.broadcast_to(out.cache.k, (out.cache.k.shape[0], n_actions, *out.cache.k.shape[2:])),

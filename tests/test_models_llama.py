@@ -328,3 +328,37 @@ def test_unstacked_weights_give_the_scanned_forward(tiny_checkpoint, use_cache):
     with pytest.raises(AssertionError):
         model(jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask),
               unstacked=unstacked._replace(layers=unstacked.layers[:1]))
+
+
+@pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16])
+def test_prefill_into_an_empty_cache_attends_over_its_own_keys_alone(tiny_checkpoint, cache_dtype):
+    """`empty_cache=True` (attention over the call's own keys, rounded to the
+    cache's dtype) = attention over every slot of the cache, with left padding
+    and a cache longer than the prompt; the cache written is the same; and on a
+    cache that is not empty the promise is broken, which gives NaN."""
+    _, _, directory = tiny_checkpoint
+    model = hf_io.load_hf_model(directory, lora=LoraConfig(rank=4))
+    _randomise_lora_b(model, seed=3)
+    pad = 3
+    tokens = jnp.asarray(np.stack([TOKENS, np.concatenate([np.zeros(pad, int), TOKENS[:-pad]])]))
+    key_mask = np.ones((2, 16), bool)
+    key_mask[1, :pad] = False
+    positions = jnp.asarray(np.stack([np.arange(11), np.maximum(np.arange(11) - pad, 0)]))
+    cache = init_cache(model.config, batch=2, length=16, dtype=cache_dtype)
+    every_slot = model(tokens, positions, jnp.asarray(key_mask), cache)
+    own_keys = model(tokens, positions, jnp.asarray(key_mask), cache, empty_cache=True)
+    np.testing.assert_allclose(own_keys.logits[0], every_slot.logits[0], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(own_keys.logits[1, pad:], every_slot.logits[1, pad:], atol=1e-5, rtol=0)
+    for ours, theirs in ((own_keys.cache.k, every_slot.cache.k), (own_keys.cache.v, every_slot.cache.v)):
+        ours, theirs = np.asarray(ours), np.asarray(theirs)
+        if ours.dtype == np.uint16:  # bfloat16 bits
+            ours, theirs = (np.asarray(jax.lax.bitcast_convert_type(a, jnp.bfloat16), np.float32) for a in (ours, theirs))
+        np.testing.assert_array_equal(ours[0], theirs[0])  # layer 0 sees the same inputs: same keys exactly
+        np.testing.assert_allclose(ours[:, 0], theirs[:, 0], atol=1e-5, rtol=2.0**-7 if cache_dtype == jnp.bfloat16 else 0)
+    assert int(own_keys.cache.index) == 11
+    # the next token, decoded on top of either prefill, agrees
+    step = (tokens[:, :1], positions[:, -1:] + 1, jnp.asarray(key_mask))
+    np.testing.assert_allclose(model(*step, own_keys.cache).logits, model(*step, every_slot.cache).logits,
+                               atol=1e-5, rtol=0)
+    broken = model(*step, own_keys.cache, empty_cache=True)
+    assert np.all(np.isnan(broken.logits))

@@ -227,6 +227,13 @@ def _cache_read(cache: jax.Array, layer) -> jax.Array:
     return values
 
 
+def _as_cached(x: jax.Array, cache_dtype, dtype) -> jax.Array:
+    """`x` as a cache of `cache_dtype` would give it back, in `dtype`
+    (uint16 cache: rounded to bfloat16)."""
+    stored = jnp.bfloat16 if cache_dtype == jnp.uint16 else cache_dtype
+    return x.astype(stored).astype(dtype)
+
+
 # ---------------------------------------------------------------------------
 # Pure building blocks.
 
@@ -517,6 +524,13 @@ class Llama(nnx.Module):
     slice as a copy before the matmul, so a memory-bound decode step reads and
     writes every weight twice more than it needs to (and XLA:CPU transposes
     a tied embedding for the output layer on every call).
+
+    `empty_cache=True` (prefill): a promise that `cache` holds no keys yet
+    (`cache.index == 0`).  Attention then runs over this call's own keys and
+    values (rounded to the cache's dtype, so the numbers are those of
+    attending over the cache) instead of over every slot of the cache, most
+    of which are still empty: exact, and it skips their matmul and softmax
+    work.  A broken promise gives NaN outputs, never silently wrong ones.
     """
 
     def __init__(
@@ -556,6 +570,7 @@ class Llama(nnx.Module):
         use_lora: bool = True,
         return_logits: bool = True,
         unstacked: "UnstackedWeights | None" = None,
+        empty_cache: bool = False,
     ) -> ModelOutput:
         config, dtype, matmul_dtype = self.config, self.dtype, self.matmul_dtype
         batch, length = tokens.shape
@@ -615,9 +630,15 @@ class Llama(nnx.Module):
                 # (one slice per layer) it was copied whole on every decode step.
                 cache_k = _cache_write(cache_k, jnp.swapaxes(k, 1, 2)[None], (index, 0, 0, start, 0))
                 cache_v = _cache_write(cache_v, jnp.transpose(v, (0, 2, 3, 1))[None], (index, 0, 0, 0, start))
-                attended = attention_over_cache(
-                    q, _cache_read(cache_k, index), _cache_read(cache_v, index), mask, matmul_dtype
-                )
+                if empty_cache:  # the cache holds just this call's keys: attend over them alone
+                    k_cached = jnp.swapaxes(_as_cached(k, cache_k.dtype, dtype), 1, 2)
+                    v_cached = jnp.transpose(_as_cached(v, cache_v.dtype, dtype), (0, 2, 3, 1))
+                    attended = attention_over_cache(q, k_cached, v_cached, mask[:, :, :length], matmul_dtype)
+                    attended = jnp.where(start == 0, attended, jnp.nan)
+                else:
+                    attended = attention_over_cache(
+                        q, _cache_read(cache_k, index), _cache_read(cache_v, index), mask, matmul_dtype
+                    )
             else:
                 attended = grouped_query_attention(q, k, v, mask, matmul_dtype)
             x = x + project(attended.reshape(batch, length, n_heads * head_dim), layer, "o_proj")
