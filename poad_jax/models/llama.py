@@ -628,13 +628,14 @@ class Llama(nnx.Module):
                 # The whole cache rides in the scan carry and only the new slots
                 # are written: XLA then updates it in place.  As scan xs/ys
                 # (one slice per layer) it was copied whole on every decode step.
-                cache_k = _cache_write(cache_k, jnp.swapaxes(k, 1, 2)[None], (index, 0, 0, start, 0))
-                cache_v = _cache_write(cache_v, jnp.transpose(v, (0, 2, 3, 1))[None], (index, 0, 0, 0, start))
+                k_block, v_block = jnp.swapaxes(k, 1, 2), jnp.transpose(v, (0, 2, 3, 1))  # cache layout
+                cache_k = _cache_write(cache_k, k_block[None], (index, 0, 0, start, 0))
+                cache_v = _cache_write(cache_v, v_block[None], (index, 0, 0, 0, start))
                 if empty_cache:  # the cache holds just this call's keys: attend over them alone
-                    k_cached = jnp.swapaxes(_as_cached(k, cache_k.dtype, dtype), 1, 2)
-                    v_cached = jnp.transpose(_as_cached(v, cache_v.dtype, dtype), (0, 2, 3, 1))
-                    attended = attention_over_cache(q, k_cached, v_cached, mask[:, :, :length], matmul_dtype)
-                    attended = jnp.where(start == 0, attended, jnp.nan)
+                    attended = attention_over_cache(
+                        q, _as_cached(k_block, cache_k.dtype, dtype), _as_cached(v_block, cache_v.dtype, dtype),
+                        mask[:, :, :length], matmul_dtype,
+                    )
                 else:
                     attended = attention_over_cache(
                         q, _cache_read(cache_k, index), _cache_read(cache_v, index), mask, matmul_dtype
@@ -673,6 +674,8 @@ class Llama(nnx.Module):
             x, new_k, new_v = carry
         new_caches = (new_k, new_v)
         hidden = rms_norm(x, self.final_norm[...], config.rms_norm_eps)
+        if empty_cache and cache is not None:  # a broken promise (cache not empty) gives NaN
+            hidden = jnp.where(start == 0, hidden, jnp.nan)
         new_cache = None
         if cache is not None:
             new_cache = KVCache(new_caches[0], new_caches[1], cache.index + length)
