@@ -90,6 +90,7 @@ _FAMILY_MODULES = (
     "envs_py.virtualhome",
     "envs_py.datasci",
     "envs_py.toy",
+    "envs_py.synthetic",
 )
 _families_loaded = False
 

@@ -108,6 +108,18 @@ def init_train_state(params: dict[str, Any], config: LearnerConfig, rng: jax.Arr
     )
 
 
+def action_token_discounts(batch: TokenBatch, gamma_w: float) -> jax.Array:
+    """`[N]` extra discount of each taken action, counting its tokens as steps:
+
+        gamma_w ** (n_tokens(chosen action) - 1)
+
+    (action level only; 1 for every action when gamma_w = 1).
+    """
+    lengths = batch.action_mask.sum(-1)  # [N, K]
+    chosen_length = jnp.take_along_axis(lengths, batch.chosen[:, None], axis=1)[:, 0]
+    return jnp.asarray(gamma_w, jnp.float32) ** jnp.maximum(chosen_length - 1, 0).astype(jnp.float32)
+
+
 def compute_advantages(batch: TokenBatch, method: Method, config: LearnerConfig):
     """GAE advantages and returns in the batch's row layout, plus the stream mask.
 
@@ -118,6 +130,8 @@ def compute_advantages(batch: TokenBatch, method: Method, config: LearnerConfig)
     discounts = backups.action_discounts(
         streams["action_end"], streams["dones"], config.gamma, gamma_w
     )
+    if not method.token_level and method.gamma_w != 1.0:
+        discounts = discounts * action_token_discounts(batch, method.gamma_w).reshape(discounts.shape)
     advantages, returns = backups.token_gae(
         streams["rewards"],
         streams["values"],

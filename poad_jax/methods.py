@@ -6,6 +6,10 @@
 | ntpo    | one action token    | gamma_w (= gamma default) | gamma (1 - done)   |
 | twosome | one whole action    | (none)                    | gamma (1 - done)   |
 
+TWOSOME with `gamma_w < 1` (an ablation, not the paper's TWOSOME) discounts
+each action as if its n tokens were time steps, as NTPO does:
+d = gamma * gamma_w**(n - 1) * (1 - done) at the action's end.
+
 All three then run the same token-level GAE scan (`poad_jax.backups`).
 """
 
@@ -27,7 +31,9 @@ class Method:
     Attributes:
       name: "poad", "ntpo" or "twosome".
       token_level: True if a stream element is an action token.
-      gamma_w: the intra-action discount (token-level methods only).
+      gamma_w: the intra-action discount: per token for token-level methods;
+        for the action level, an action of n tokens is discounted by an
+        extra gamma_w**(n - 1) (1 for the paper's TWOSOME).
     """
 
     name: str
@@ -36,11 +42,12 @@ class Method:
 
 
 def make_method(name: str, gamma: float, gamma_w: float | None = None) -> Method:
-    """The method `name`; `gamma_w` overrides NTPO's intra-action discount (default gamma)."""
+    """The method `name`; `gamma_w` overrides NTPO's intra-action discount (default gamma)
+    and TWOSOME's per-token discount of an action (default 1; POAD's is always 1)."""
     if name == "poad":
         return Method("poad", token_level=True, gamma_w=1.0)
     if name == "ntpo":
         return Method("ntpo", token_level=True, gamma_w=gamma if gamma_w is None else gamma_w)
     if name == "twosome":
-        return Method("twosome", token_level=False, gamma_w=1.0)
+        return Method("twosome", token_level=False, gamma_w=1.0 if gamma_w is None else gamma_w)
     raise UnknownMethodError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}")

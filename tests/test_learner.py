@@ -168,6 +168,46 @@ def test_advantages_follow_the_method():
     assert not np.allclose(ntpo, poad)
 
 
+def test_twosome_gamma_w_discounts_each_action_by_its_token_count():
+    """Action-level GAE with d_t = gamma * gamma_w**(n_t - 1) * (1 - done_t), against a NumPy loop."""
+    import dataclasses
+
+    _, _, _, _, batch, _ = collect_batch("twosome")
+    rng = np.random.default_rng(1)
+    batch = dataclasses.replace(
+        batch,
+        rewards=jnp.asarray(rng.normal(size=batch.rewards.shape), jnp.float32),
+        old_values=jnp.asarray(rng.normal(size=batch.old_values.shape), jnp.float32),
+        bootstrap_value=jnp.asarray(rng.normal(size=batch.bootstrap_value.shape), jnp.float32),
+        dones=jnp.asarray(rng.random(batch.dones.shape) < 0.3),
+    )
+    # Candidates of different token counts (the toy's actions all have five).
+    width = batch.action_mask.shape[-1]
+    counts = rng.integers(1, width + 1, size=batch.action_mask.shape[:-1])
+    batch = dataclasses.replace(batch, action_mask=jnp.asarray(np.arange(width) < counts[..., None]))
+    gamma, gamma_w, lam = 0.9, 0.7, 0.8
+    got = np.asarray(compute_advantages(
+        batch, make_method("twosome", gamma, gamma_w=gamma_w), LearnerConfig(gamma=gamma, lam=lam))[0])
+    lengths = np.take_along_axis(np.asarray(batch.action_mask).sum(-1), np.asarray(batch.chosen)[:, None], 1)[:, 0]
+    assert len(set(lengths.tolist())) > 1  # actions of different token counts
+    threads = batch.num_threads
+    rewards = np.asarray(batch.rewards).reshape(threads, -1)
+    values = np.asarray(batch.old_values).reshape(threads, -1)
+    dones = np.asarray(batch.dones).reshape(threads, -1)
+    lengths = lengths.reshape(threads, -1)
+    want = np.zeros_like(values)
+    for b in range(threads):
+        advantage, next_value = 0.0, float(batch.bootstrap_value[b])
+        for t in reversed(range(values.shape[1])):
+            d = gamma * gamma_w ** (lengths[b, t] - 1) * (1.0 - dones[b, t])
+            advantage = rewards[b, t] + d * next_value - values[b, t] + d * lam * advantage
+            want[b, t] = advantage
+            next_value = values[b, t]
+    np.testing.assert_allclose(got, want.reshape(-1), rtol=1e-5, atol=1e-5)
+    plain = np.asarray(compute_advantages(batch, make_method("twosome", gamma), LearnerConfig(gamma=gamma, lam=lam))[0])
+    assert not np.allclose(plain, got)
+
+
 @pytest.mark.parametrize("method_name", ["poad", "ntpo", "twosome"])
 def test_methods_learn_the_decisive_token_task(tmp_path, method_name):
     config = train.load_config_file(REPO / "configs" / "toy.py")

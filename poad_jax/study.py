@@ -1,0 +1,788 @@
+"""`python -m poad_jax.study --study=studies/<name>.py [--workdir=W] [--workers=N] [--report]`
+
+Runs a grid of training runs ("cells") and aggregates them into learning
+curves with seed bands and a table of final results.
+
+A study file defines `get_study()` returning a dict (config fields are
+dotted paths, which ConfigDict keys cannot hold):
+
+    name="gamma_w",                           # names the study (and its default workdir)
+    base_config="configs/synthetic.py",       # relative to the repository root or the study file
+    fixed={"total_env_steps": 4800},          # overrides applied to every cell
+    axes={                                    # the grid: an ordered mapping axis -> values
+        "variant": [                          # a value may be a dict of coupled overrides ...
+            {"label": "POAD", "method": "poad"},
+            {"label": "NTPO 0.9", "method": "ntpo", "gamma_w": 0.9},
+        ],
+        "env.kwargs.action_length": [2, 4, 8],  # ... or a scalar for the axis's own field
+    },
+    seeds=(0, 1, 2, 3, 4),
+    report={"metric": "episode_return", "threshold": 3.5, "smoothing": 5,   # all optional
+            "facet": "env.kwargs.action_length", "heatmap": ("variant", "env.kwargs.action_length"),
+            "theory": "poad_jax.theory:save_or_take_optimum"},
+
+Each cell is an ordinary run directory of `poad_jax.train` (`<workdir>/cells/<cell>`),
+run as its own process, so checkpoints, metrics and resume are the trainer's.
+Re-running the same command skips finished cells and resumes the others; a
+`kill -9` of the runner kills its trainers with it (they lose at most the
+update in flight).  Finished cells with identical settings in a sibling
+study's workdir are reused instead of being run again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import difflib
+import fcntl
+import importlib
+import itertools
+import json
+import math
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+STUDY_FILE = "study.json"
+CELL_FILE = "cell.json"
+# Fields a re-run may change without changing what a cell's checkpoints mean.
+RESUMABLE_FIELDS = ("total_env_steps",)
+
+
+class StudyError(Exception):
+    """A user error in a study file, its grid or its workdir (printed as one line)."""
+
+
+# ---------------------------------------------------------------------------
+# The study file and its grid.
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One run of the grid: its directory name, group label, seed and config overrides."""
+
+    name: str
+    group: tuple[tuple[str, str], ...]  # (axis, value label) for every axis, in axis order
+    seed: int
+    overrides: dict[str, Any]
+
+    @property
+    def group_label(self) -> str:
+        return ", ".join(label for _, label in self.group)
+
+
+@dataclasses.dataclass
+class Study:
+    name: str
+    path: pathlib.Path
+    base_config: pathlib.Path
+    fixed: dict[str, Any]
+    axes: dict[str, list[Any]]
+    seeds: tuple[int, ...]
+    report: dict[str, Any]
+
+    def identity(self) -> dict[str, Any]:
+        """What a workdir records to recognise its study."""
+        return {"name": self.name, "base_config": str(self.base_config)}
+
+
+def _plain(value: Any) -> Any:
+    """ConfigDicts, tuples and numpy scalars -> JSON-friendly Python values."""
+    if isinstance(value, ml_collections.ConfigDict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def load_study(path: str | pathlib.Path) -> Study:
+    """Reads and checks a study file; raises StudyError with one line on a mistake."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise StudyError(f"no study file at {path}")
+    spec = importlib.util.spec_from_file_location(f"poad_study_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # a broken study file: say where, in one line
+        raise StudyError(f"cannot load study file {path}: {type(error).__name__}: {error}") from None
+    if not hasattr(module, "get_study"):
+        raise StudyError(f"study file {path} defines no get_study()")
+    try:
+        raw = _plain(module.get_study())
+    except Exception as error:
+        raise StudyError(f"get_study() in {path} failed: {type(error).__name__}: {error}") from None
+    if not isinstance(raw, dict):
+        raise StudyError(f"get_study() in {path} must return a dict (or ConfigDict), got {type(raw).__name__}")
+    for field in ("name", "base_config", "axes"):
+        if field not in raw:
+            raise StudyError(f"study file {path}: get_study() has no {field!r}")
+    base = pathlib.Path(raw["base_config"])
+    if not base.is_absolute():
+        candidates = [REPO / base, path.parent / base, pathlib.Path.cwd() / base]
+        base = next((c for c in candidates if c.is_file()), candidates[0])
+    if not base.is_file():
+        raise StudyError(f"study {raw['name']!r}: base config {raw['base_config']} not found")
+    axes = _plain(raw["axes"])
+    if not isinstance(axes, dict) or not axes:
+        raise StudyError(f"study {raw['name']!r}: axes must be a non-empty mapping of axis -> list of values")
+    for axis, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise StudyError(f"study {raw['name']!r}: axis {axis!r} needs a non-empty list of values")
+    seeds = tuple(int(s) for s in _plain(raw.get("seeds", (0,))))
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise StudyError(f"study {raw['name']!r}: seeds must be distinct and at least one, got {seeds}")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(raw["name"])):
+        raise StudyError(f"study name {raw['name']!r} may hold only letters, digits, '_', '.', '-'")
+    return Study(
+        name=str(raw["name"]), path=path.resolve(), base_config=base.resolve(),
+        fixed=_plain(raw.get("fixed", {})), axes=axes, seeds=seeds, report=_plain(raw.get("report", {})),
+    )
+
+
+def _value_label(axis: str, value: Any) -> str:
+    if isinstance(value, dict):
+        if "label" in value:
+            return str(value["label"])
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    return f"{axis.split('.')[-1]}={value}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "-", text).strip("-")
+
+
+def grid(study: Study) -> list[Cell]:
+    """Every cell of the study: axes in order (the last varies fastest), seed innermost."""
+    cells = []
+    for combination in itertools.product(*study.axes.values()):
+        overrides = dict(study.fixed)
+        group = []
+        for axis, value in zip(study.axes, combination):
+            if isinstance(value, dict):
+                overrides.update({k: v for k, v in value.items() if k != "label"})
+            else:
+                overrides[axis] = value
+            group.append((axis, _value_label(axis, value)))
+        for seed in study.seeds:
+            name = "__".join(_slug(label) for _, label in group) + f"__seed={seed}"
+            cells.append(Cell(name, tuple(group), seed, {**overrides, "seed": seed}))
+    return cells
+
+
+def _set_field(config: ml_collections.ConfigDict, field: str, value: Any) -> None:
+    """config.<field> = value for a dotted field; StudyError (with a hint) if it does not exist."""
+    node = config
+    parts = field.split(".")
+    for i, part in enumerate(parts):
+        keys = list(node.keys()) if isinstance(node, (ml_collections.ConfigDict, dict)) else []
+        if part not in keys:
+            where = ".".join(parts[:i]) or "the config"
+            hint = difflib.get_close_matches(part, keys, n=1)
+            hint = f" (did you mean {'.'.join(parts[:i] + hint[:1])!r}?)" if hint else ""
+            raise StudyError(f"unknown config field {field!r}: {where} has no {part!r}{hint}")
+        if i == len(parts) - 1:
+            try:
+                node[part] = value
+            except (TypeError, ValueError) as error:
+                raise StudyError(f"cannot set {field}={value!r}: {error}") from None
+        else:
+            node = node[part]
+
+
+def cell_config(study: Study, cell: Cell) -> ml_collections.ConfigDict:
+    """The base config with the cell's overrides applied (checked by the trainer's validation)."""
+    from poad_jax import train
+
+    base = train.load_config_file(study.base_config)
+    config = copy.deepcopy(base)
+    for field, value in cell.overrides.items():
+        _set_field(config, field, value)
+    try:
+        train.validate_config(config)
+    except train.TrainError as error:
+        raise StudyError(f"cell {cell.name}: {error}") from None
+    return config
+
+
+def _flag_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, (list, tuple)):
+        return "(" + ",".join(_flag_value(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return str(value)
+
+
+def train_command(study: Study, cell: Cell, cell_dir: pathlib.Path) -> list[str]:
+    """The `python -m poad_jax.train` command line that runs (or resumes) one cell."""
+    args = [sys.executable, "-m", "poad_jax.train", f"--config={study.base_config}", f"--workdir={cell_dir}"]
+    args += [f"--config.{field}={_flag_value(value)}" for field, value in cell.overrides.items()]
+    return args
+
+
+# ---------------------------------------------------------------------------
+# Cell state on disk.
+
+
+def read_json(path: pathlib.Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_json_atomic(path: pathlib.Path, data: Any) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(data, indent=2, sort_keys=True))
+    temporary.replace(path)
+
+
+def read_records(cell_dir: pathlib.Path) -> list[dict[str, Any]]:
+    from poad_jax.logging import read_metrics
+
+    return read_metrics(cell_dir / "metrics.jsonl")
+
+
+def cell_finished(cell_dir: pathlib.Path, total_env_steps: int) -> bool:
+    """A cell is finished when its trainer exited cleanly and logged `total_env_steps`."""
+    state = read_json(cell_dir / CELL_FILE) or {}
+    if state.get("status") != "done":
+        return False
+    records = read_records(cell_dir)
+    return bool(records) and int(records[-1].get("env_steps") or 0) >= total_env_steps
+
+
+def _settings_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    keys = sorted(set(old) | set(new))
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
+            if k not in RESUMABLE_FIELDS and old.get(k) != new.get(k)]
+
+
+def _comparable(overrides: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(overrides, sort_keys=True))
+
+
+def find_reusable(workdir: pathlib.Path, study: Study, cell: Cell, total: int) -> pathlib.Path | None:
+    """A finished cell with the same base config and overrides in a sibling study's workdir."""
+    want = _comparable(cell.overrides)
+    for sibling in sorted(workdir.parent.glob(f"*/cells/*/{CELL_FILE}")):
+        cell_dir = sibling.parent
+        if cell_dir.parent.parent.resolve() == workdir.resolve():
+            continue
+        state = read_json(sibling) or {}
+        if state.get("base_config") != str(study.base_config) or state.get("reused_from"):
+            continue
+        if _comparable(state.get("overrides", {})) == want and cell_finished(cell_dir, total):
+            return cell_dir
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Running the grid.
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the runner dies (Linux), so a
+    `kill -9` of the runner leaves no trainer behind to race a re-run."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    os.setsid()
+
+
+def _format_seconds(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+@contextlib.contextmanager
+def study_lock(workdir: pathlib.Path):
+    """One runner per workdir at a time."""
+    lock_path = workdir / ".study.lock"
+    handle = open(lock_path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise StudyError(f"{workdir} is in use by another study runner (pid {holder})") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def prepare_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> None:
+    """Creates or checks `workdir`: the study it holds must be this one."""
+    if workdir.exists() and not workdir.is_dir():
+        raise StudyError(f"workdir {workdir} is a file, not a directory")
+    recorded = read_json(workdir / STUDY_FILE)
+    if recorded is not None and recorded.get("identity") != study.identity():
+        raise StudyError(
+            f"workdir {workdir} holds study {recorded.get('identity', {}).get('name')!r} "
+            f"({recorded.get('identity', {}).get('base_config')}), not {study.name!r}: choose another --workdir"
+        )
+    for cell in cells:  # a cell directory must not have been run with other settings
+        state = read_json(workdir / "cells" / cell.name / CELL_FILE)
+        if state is not None:
+            diff = _settings_diff(state.get("overrides", {}), _comparable(cell.overrides))
+            if diff:
+                raise StudyError(f"cell {cell.name} in {workdir} was run with other settings ({'; '.join(diff)}): "
+                                 f"choose another --workdir")
+    try:
+        (workdir / "cells").mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StudyError(f"cannot create workdir {workdir}: {error.strerror}") from None
+    write_json_atomic(workdir / STUDY_FILE, {
+        "identity": study.identity(), "study_file": str(study.path), "fixed": study.fixed,
+        "axes": study.axes, "seeds": list(study.seeds), "report": study.report,
+        "cells": [{"name": c.name, "group": [list(g) for g in c.group], "seed": c.seed,
+                   "overrides": _comparable(c.overrides)} for c in cells],
+    })
+
+
+def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool = True,
+              log=print) -> dict[str, str]:
+    """Runs every unfinished cell (at most `workers` at once); returns {cell: status}."""
+    cells = grid(study)
+    configs = {cell.name: cell_config(study, cell) for cell in cells}  # validates every cell first
+    prepare_workdir(study, workdir, cells)
+    totals = {name: int(config.total_env_steps) for name, config in configs.items()}
+    status: dict[str, str] = {}
+    pending: list[Cell] = []
+    for cell in cells:
+        cell_dir = workdir / "cells" / cell.name
+        if cell_finished(cell_dir, totals[cell.name]):
+            status[cell.name] = "done"
+            continue
+        source = find_reusable(workdir, study, cell, totals[cell.name]) if reuse else None
+        if source is not None and not cell_dir.exists():
+            cell_dir.symlink_to(os.path.relpath(source, cell_dir.parent), target_is_directory=True)
+            status[cell.name] = "done"
+            log(f"reused {cell.name} from {source}")
+            continue
+        pending.append(cell)
+
+    running: dict[str, tuple[subprocess.Popen, float, Any]] = {}
+    durations: list[float] = []
+    started = time.monotonic()
+
+    def progress() -> None:
+        done = sum(s == "done" for s in status.values())
+        failed = sum(s == "failed" for s in status.values())
+        left = len(pending)
+        eta = ""
+        if durations and (left or running):
+            per_cell = float(np.mean(durations))
+            eta = f", ETA {_format_seconds(per_cell * (left + len(running) / 2) / max(workers, 1))}"
+        log(f"[{study.name}] cells: {done} done, {len(running)} running, {left} left"
+            + (f", {failed} failed" if failed else "") + f" of {len(cells)}; "
+            f"elapsed {_format_seconds(time.monotonic() - started)}{eta}")
+
+    def launch(cell: Cell) -> None:
+        cell_dir = workdir / "cells" / cell.name
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(cell_dir / CELL_FILE, {
+            "overrides": _comparable(cell.overrides), "base_config": str(study.base_config),
+            "group": [list(g) for g in cell.group], "seed": cell.seed, "status": "running",
+        })
+        log_file = open(cell_dir / "train.log", "a")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        process = subprocess.Popen(train_command(study, cell, cell_dir), cwd=REPO, stdout=log_file,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                   preexec_fn=_die_with_parent)
+        running[cell.name] = (process, time.monotonic(), log_file)
+
+    def finish(name: str, returncode: int) -> None:
+        process, start, log_file = running.pop(name)
+        log_file.close()
+        cell_dir = workdir / "cells" / name
+        state = read_json(cell_dir / CELL_FILE) or {}
+        ok = returncode == 0 and bool(read_records(cell_dir)) and \
+            int(read_records(cell_dir)[-1].get("env_steps") or 0) >= totals[name]
+        state["status"] = "done" if ok else "failed"
+        state["returncode"] = returncode
+        state["seconds"] = round(time.monotonic() - start, 1)
+        write_json_atomic(cell_dir / CELL_FILE, state)
+        status[name] = state["status"]
+        if ok:
+            durations.append(time.monotonic() - start)
+        else:
+            tail = (cell_dir / "train.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
+            log(f"cell {name} failed (exit {returncode}): {tail[0][-200:]} (log: {cell_dir / 'train.log'})")
+        progress()
+
+    progress()
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                launch(pending.pop(0))
+            time.sleep(0.2)
+            for name, (process, _, _) in list(running.items()):
+                if process.poll() is not None:
+                    finish(name, process.returncode)
+    finally:
+        for process, _, log_file in running.values():  # interrupted: stop the trainers cleanly
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGINT)
+        for process, _, log_file in running.values():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            log_file.close()
+    return status
+
+
+# ---------------------------------------------------------------------------
+# The report.
+
+
+def smooth(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average over up to `window` points, NaNs ignored (NaN if all are NaN)."""
+    if window <= 1:
+        return values.astype(float)
+    out = np.full(len(values), np.nan)
+    for i in range(len(values)):
+        chunk = values[max(0, i - window + 1): i + 1]
+        chunk = chunk[~np.isnan(chunk)]
+        if len(chunk):
+            out[i] = chunk.mean()
+    return out
+
+
+def curve(records: list[dict[str, Any]], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(env_steps, metric) per update; NaN where the update finished no episode."""
+    steps = np.array([float(r.get("env_steps") or 0) for r in records])
+    values = np.array([np.nan if r.get(metric) is None else float(r[metric]) for r in records])
+    return steps, values
+
+
+def final_value(records: list[dict[str, Any]], metric: str, fraction: float = 0.1) -> float:
+    """Mean of `metric` over the updates in the last `fraction` of the run's env steps.
+
+        final = mean { m_u : env_steps_u > (1 - fraction) * env_steps_last }   (NaNs skipped)
+    """
+    steps, values = curve(records, metric)
+    if not len(steps):
+        return float("nan")
+    keep = (steps > (1.0 - fraction) * steps[-1]) & ~np.isnan(values)
+    if not keep.any():  # too short a run: take the last update that has a value
+        valid = ~np.isnan(values)
+        return float(values[valid][-1]) if valid.any() else float("nan")
+    return float(values[keep].mean())
+
+
+def steps_to_threshold(records: list[dict[str, Any]], metric: str, threshold: float, window: int) -> float:
+    """First env step at which the smoothed `metric` reaches `threshold` (NaN if never)."""
+    steps, values = curve(records, metric)
+    smoothed = smooth(values, window)
+    hit = np.nonzero(smoothed >= threshold)[0]
+    return float(steps[hit[0]]) if len(hit) else float("nan")
+
+
+def mean_std(values: list[float]) -> tuple[float, float, int]:
+    """Mean and sample standard deviation (ddof 1; 0 for one value) over the non-NaN values."""
+    array = np.array([v for v in values if not math.isnan(v)])
+    if not len(array):
+        return float("nan"), float("nan"), 0
+    return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.0, len(array)
+
+
+def _theory_fn(spec: str | None):
+    if not spec:
+        return None
+    module_name, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+@dataclasses.dataclass
+class GroupResult:
+    label: str
+    group: tuple[tuple[str, str], ...]
+    seeds: list[int]
+    final_return: tuple[float, float, int]
+    final_success: tuple[float, float, int]
+    threshold_steps: list[float]
+    theory: float | None
+    curves: list[tuple[np.ndarray, np.ndarray]]
+    success_curves: list[tuple[np.ndarray, np.ndarray]]
+
+
+def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
+    """Per group (all axes but the seed): final return/success over seeds, curves, threshold steps."""
+    report = study.report
+    metric = report.get("metric", "episode_return")
+    window = int(report.get("smoothing", 1))
+    threshold = report.get("threshold")
+    fraction = float(report.get("final_fraction", 0.1))
+    theory = _theory_fn(report.get("theory"))
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in grid(study):
+        groups.setdefault(cell.group, []).append(cell)
+    results = []
+    for group, cells in groups.items():
+        finals, successes, reach, curves, success_curves, seeds = [], [], [], [], [], []
+        for cell in cells:
+            records = read_records(workdir / "cells" / cell.name)
+            if not records:
+                continue
+            seeds.append(cell.seed)
+            finals.append(final_value(records, metric, fraction))
+            successes.append(final_value(records, "success_rate", fraction))
+            if threshold is not None:
+                reach.append(steps_to_threshold(records, metric, float(threshold), window))
+            curves.append(curve(records, metric))
+            success_curves.append(curve(records, "success_rate"))
+        predicted = float(theory(cell_config(study, cells[0]))) if theory and cells else None
+        results.append(GroupResult(
+            label=", ".join(label for _, label in group), group=group, seeds=seeds,
+            final_return=mean_std(finals), final_success=mean_std(successes), threshold_steps=reach,
+            theory=predicted, curves=curves, success_curves=success_curves,
+        ))
+    return results
+
+
+def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and std over seeds of the smoothed curves, on the first seed's env-step grid
+    (others interpolated onto it)."""
+    grid_steps = max((c[0] for c in curves), key=len)
+    stacked = []
+    for steps, values in curves:
+        smoothed = smooth(values, window)
+        valid = ~np.isnan(smoothed)
+        if valid.sum() == 0:
+            continue
+        stacked.append(np.interp(grid_steps, steps[valid], smoothed[valid], left=np.nan, right=np.nan))
+    stacked = np.array(stacked)
+    with np.errstate(all="ignore"), __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore", RuntimeWarning)
+        return grid_steps, np.nanmean(stacked, axis=0), np.nanstd(stacked, axis=0)
+
+
+def _fmt(mean: float, std: float, count: int) -> str:
+    if count == 0 or math.isnan(mean):
+        return "-"
+    return f"{mean:.3f} ± {std:.3f}"
+
+
+def plot_curves(study: Study, results: list[GroupResult], path: pathlib.Path, which: str = "return") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    window = int(study.report.get("smoothing", 1))
+    facet = study.report.get("facet")
+    facet_values = []
+    for result in results:
+        key = dict(result.group).get(facet) if facet else None
+        if key not in facet_values:
+            facet_values.append(key)
+    columns = min(len(facet_values), 4)
+    rows = math.ceil(len(facet_values) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False, sharey=True)
+    colours = {}
+    for index, key in enumerate(facet_values):
+        axis = axes[index // columns][index % columns]
+        for result in results:
+            if facet and dict(result.group).get(facet) != key:
+                continue
+            curves = result.curves if which == "return" else result.success_curves
+            if not curves:
+                continue
+            label = ", ".join(l for a, l in result.group if a != facet)
+            colour = colours.setdefault(label, f"C{len(colours) % 10}")
+            steps, mean, std = band(curves, window)
+            axis.plot(steps, mean, color=colour, label=f"{label} (n={len(curves)})", linewidth=1.5)
+            axis.fill_between(steps, mean - std, mean + std, color=colour, alpha=0.18, linewidth=0)
+            if which == "return" and result.theory is not None:
+                axis.axhline(result.theory, color=colour, linestyle=":", linewidth=1)
+        axis.set_title(key if key else study.name, fontsize=10)
+        axis.set_xlabel("env steps")
+        axis.grid(alpha=0.3)
+    for index in range(len(facet_values), rows * columns):
+        axes[index // columns][index % columns].axis("off")
+    axes[0][0].set_ylabel(study.report.get("metric", "episode_return") if which == "return" else "success rate")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    for row in axes:
+        for axis in row:
+            for h, l in zip(*axis.get_legend_handles_labels()[::-1][::-1]):
+                seen.setdefault(l, h)
+    figure.legend(list(seen.values()), list(seen.keys()), loc="lower center", ncol=min(len(seen), 4), fontsize=8,
+                  frameon=False)
+    subtitle = f"mean ± std over seeds, moving average of {window} updates" if window > 1 else "mean ± std over seeds"
+    if which == "return" and any(r.theory is not None for r in results):
+        subtitle += "; dotted: optimum under the method's discount"
+    figure.suptitle(f"{study.name}: {subtitle}", fontsize=10)
+    legend_rows = math.ceil(len(seen) / 4)
+    figure.tight_layout(rect=(0, 0.04 + 0.035 * legend_rows, 1, 0.95))
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def plot_heatmap(study: Study, results: list[GroupResult], path: pathlib.Path) -> None:
+    """Final return over two axes (`report.heatmap = (row_axis, column_axis)`), beside the theory's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    row_axis, column_axis = study.report["heatmap"]
+    row_labels = [_value_label(row_axis, v) for v in study.axes[row_axis]]
+    column_labels = [_value_label(column_axis, v) for v in study.axes[column_axis]]
+    measured = np.full((len(row_labels), len(column_labels)), np.nan)
+    predicted = np.full_like(measured, np.nan)
+    for result in results:
+        labels = dict(result.group)
+        i, j = row_labels.index(labels[row_axis]), column_labels.index(labels[column_axis])
+        measured[i, j] = result.final_return[0]
+        predicted[i, j] = np.nan if result.theory is None else result.theory
+    panels = [("measured final return (mean over seeds)", measured)]
+    if not np.isnan(predicted).all():
+        panels.append(("optimum under the method's discount", predicted))
+    figure, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 0.5 * len(row_labels) + 2.2),
+                                squeeze=False)
+    finite = np.concatenate([p[~np.isnan(p)] for _, p in panels])
+    low, high = (float(finite.min()), float(finite.max())) if len(finite) else (0.0, 1.0)
+    for axis, (title, table) in zip(axes[0], panels):
+        image = axis.imshow(table, cmap="viridis", vmin=low, vmax=high, aspect="auto")
+        axis.set_xticks(range(len(column_labels)), column_labels, fontsize=8)
+        axis.set_yticks(range(len(row_labels)), row_labels, fontsize=8)
+        for i in range(table.shape[0]):
+            for j in range(table.shape[1]):
+                if not np.isnan(table[i, j]):
+                    axis.text(j, i, f"{table[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                              color="white" if table[i, j] < (low + high) / 2 else "black")
+        axis.set_title(title, fontsize=9)
+    figure.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    figure.suptitle(study.name, fontsize=10)
+    figure.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(figure)
+
+
+def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
+    """Writes `report.md`, `return.png`, `success.png` (and `heatmap.png`) into `workdir`."""
+    results = aggregate(study, workdir)
+    if not any(r.seeds for r in results):
+        raise StudyError(f"no cell of study {study.name!r} in {workdir} has logged an update yet")
+    report = study.report
+    metric = report.get("metric", "episode_return")
+    fraction = float(report.get("final_fraction", 0.1))
+    threshold = report.get("threshold")
+    plot_curves(study, results, workdir / "return.png", "return")
+    plot_curves(study, results, workdir / "success.png", "success")
+    if report.get("heatmap"):
+        plot_heatmap(study, results, workdir / "heatmap.png")
+    header = ["group", "seeds", f"final {metric}", "final success"]
+    if any(r.theory is not None for r in results):
+        header.append("optimum under its discount")
+    if threshold is not None:
+        header.append(f"env steps to {metric} >= {threshold}")
+    lines = [f"# Study `{study.name}`", "",
+             f"Base config `{os.path.relpath(study.base_config, REPO)}`; fixed: "
+             + (", ".join(f"`{k}={v}`" for k, v in study.fixed.items()) or "none") + ".",
+             f"Final = mean over the updates in the last {fraction:.0%} of env steps, then mean ± sample std "
+             f"over seeds.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in results:
+        row = [r.label, str(len(r.seeds)), _fmt(*r.final_return), _fmt(*r.final_success)]
+        if "optimum under its discount" in header:
+            row.append("-" if r.theory is None else f"{r.theory:.3f}")
+        if threshold is not None:
+            reached = [s for s in r.threshold_steps if not math.isnan(s)]
+            row.append(f"{len(reached)}/{len(r.threshold_steps)} reached" +
+                       (f"; mean {np.mean(reached):,.0f}" if reached else ""))
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "![return](return.png)", "", "![success](success.png)"]
+    if report.get("heatmap"):
+        lines += ["", "![heatmap](heatmap.png)"]
+    path = workdir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------------------
+# Command line.
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m poad_jax.study", description=__doc__.splitlines()[0])
+    parser.add_argument("--study", required=True, help="study file, e.g. studies/gamma_w.py")
+    parser.add_argument("--workdir", default=None, help="default: runs/studies/<study name>")
+    parser.add_argument("--workers", type=int, default=1, help="cells trained at once (default 1)")
+    parser.add_argument("--report", action="store_true", help="only aggregate what the cells have logged")
+    parser.add_argument("--no-reuse", action="store_true", help="never reuse finished cells of sibling studies")
+    args = parser.parse_args(argv)
+    try:
+        if args.workers < 1:
+            raise StudyError(f"--workers must be >= 1, got {args.workers}")
+        study = load_study(args.study)
+        workdir = pathlib.Path(args.workdir) if args.workdir else REPO / "runs" / "studies" / study.name
+        if args.report:
+            if not (workdir / STUDY_FILE).exists():
+                raise StudyError(f"{workdir} holds no study yet: run it first (without --report)")
+            recorded = read_json(workdir / STUDY_FILE) or {}
+            if recorded.get("identity") != study.identity():
+                raise StudyError(f"workdir {workdir} holds another study ({recorded.get('identity')})")
+        else:
+            with study_lock_dir(workdir):
+                status = run_study(study, workdir, workers=args.workers, reuse=not args.no_reuse)
+            failed = [name for name, s in status.items() if s == "failed"]
+            if failed:
+                print(f"{len(failed)} cell(s) failed: {', '.join(failed[:5])}"
+                      + (" ..." if len(failed) > 5 else "") + "; re-run the same command to retry them")
+        path = write_report(study, workdir)
+        print(f"report: {path}")
+    except StudyError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: re-run the same command to resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+@contextlib.contextmanager
+def study_lock_dir(workdir: pathlib.Path):
+    if workdir.exists() and not workdir.is_dir():
+        raise StudyError(f"workdir {workdir} is a file, not a directory")
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StudyError(f"cannot create workdir {workdir}: {error.strerror}") from None
+    with study_lock(workdir):
+        yield
+
+
+if __name__ == "__main__":
+    sys.exit(main())
