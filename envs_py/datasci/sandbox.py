@@ -1,50 +1,70 @@
-"""Runs generated `build_model` code in an isolated process and scores it.
+"""Runs generated `build_model` code behind an operating-system boundary and scores it.
 
-`evaluate_candidate(code, X, y, limits)` writes the data and the code into a
-fresh temporary directory, starts `python -I _runner.py DIR` in its own
-session (process group) with a scrubbed environment, and waits at most
-`limits.wall_seconds`.  The runner applies resource limits, closes the
-network where the kernel allows, confines the code with an audit hook and
-writes the test-set probabilities of each split; this process computes the
-ROC AUCs.  The trainer never imports or executes generated code itself.
+`evaluate_candidate(code, X, y, limits)` starts `python -I _runner.py` inside
+a bubblewrap sandbox (`envs_py.datasci.isolation`): its own PID, network and
+mount namespaces, an unprivileged uid, a read-only view of the interpreter
+and a private tmpfs as working directory.  The job (limits, code, features,
+split indices, training labels only) goes in through a pipe, so no copy of
+the data is ever written to the host's disk; the test-set probabilities come
+back through another pipe and this process computes the ROC AUCs.  The wall
+clock is enforced here and, by `timeout`, inside the sandbox; the runner
+adds resource limits and a Python audit hook as a second layer.  The
+trainer never imports or executes generated code itself.
 
-Guarantees (Linux): wall-clock timeout that kills the whole process group;
-CPU seconds, address space, file size and process-count limits; no core
-dumps; environment scrubbed; working directory, HOME and TMPDIR set to the
-temporary directory, removed afterwards.  When this process runs as root,
-the candidate runs as an unprivileged user (`nobody` by default), so it can
-neither signal the trainer nor write outside world-writable places.  The
-audit hook refuses Python-level writes outside the directory, sockets,
-subprocesses, forks and signals; code that calls C directly (ctypes) can get
-past the hook, not past the OS limits.  See docs/datasci.md.
+Before the first candidate of a process, a probe program runs through the
+same path and must show that it is not root, has no capability, and lives in
+its own PID, network and mount namespaces.  When bubblewrap is missing or
+the probe fails, candidates are refused (`SandboxUnavailableError`) unless
+the user allowed unsandboxed runs explicitly (`SandboxLimits(
+allow_unsandboxed=True)` or `$POAD_ALLOW_UNSANDBOXED=1`); each process then
+logs a warning once and runs the runner as a plain child process, where
+only the audit hook and the resource limits apply.  See docs/datasci.md.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import functools
+import io
 import json
+import logging
 import os
 import pathlib
+import re
+import selectors
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Sequence
 
 import numpy as np
 
+from envs_py.datasci import isolation
+from envs_py.datasci.isolation import SandboxUnavailableError
+
 RUNNER = pathlib.Path(__file__).with_name("_runner.py")
 NUM_SPLITS = 5
 TEST_FRACTION = 0.5
 ERROR_TAIL_CHARS = 2000
+NOBODY_UID = 65534
+# Seconds allowed for a killed sandbox (or runner) to be reaped.
+KILL_WAIT_S = 5.0
+# Bytes of the result stream beyond the probabilities themselves (status, zip headers).
+RESULT_OVERHEAD_BYTES = 1 << 20
+READ_CHUNK = 1 << 16
+PROBE_TAG = "POAD_SANDBOX_PROBE"
+PROBE_WALL_S = 60.0
 _GIB = 1 << 30
 _MIB = 1 << 20
-NOBODY_UID = 65534
+_log = logging.getLogger(__name__)
+
+
+__all__ = ["SandboxLimits", "CandidateResult", "SandboxStatus", "SandboxUnavailableError", "evaluate_candidate",
+           "evaluate_many", "require_sandbox", "sandbox_status", "split_indices", "roc_auc"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,13 +76,15 @@ class SandboxLimits:
       cpu_seconds: CPU time (RLIMIT_CPU).
       memory_bytes: address space (RLIMIT_AS).
       file_bytes: largest file the candidate may write (RLIMIT_FSIZE).
-      max_processes: RLIMIT_NPROC for the candidate's user (counts every
-        process and thread of that user; not enforced for root).
-      max_output_chars: characters the candidate may print before it fails.
-      isolate_network: move the candidate into an empty network namespace
-        when the kernel allows it (the audit hook refuses sockets anyway).
-      run_as_uid: user id to run as when this process is root (None: same
-        user as the trainer).  Ignored when not root.
+      max_processes: RLIMIT_NPROC for the candidate's uid (every process and
+        thread of that uid on the machine counts).
+      max_output_chars: characters the candidate may print (through Python or
+        raw descriptors) before it fails.
+      workdir_bytes: size of the candidate's private tmpfs working directory.
+      run_as_uid: host uid of the candidate when the trainer is root.
+      allow_unsandboxed: run candidates without bubblewrap when it cannot be
+        used (unsafe; a warning is logged).  `$POAD_ALLOW_UNSANDBOXED=1` does
+        the same.  Has no effect where the sandbox works.
     """
 
     wall_seconds: float = 30.0
@@ -71,11 +93,13 @@ class SandboxLimits:
     file_bytes: int = 64 * _MIB
     max_processes: int = 64
     max_output_chars: int = 1 * _MIB
-    isolate_network: bool = True
-    run_as_uid: int | None = NOBODY_UID
+    workdir_bytes: int = 256 * _MIB
+    run_as_uid: int = NOBODY_UID
+    allow_unsandboxed: bool = False
 
     def __post_init__(self):
-        for field in ("wall_seconds", "cpu_seconds", "memory_bytes", "file_bytes", "max_processes", "max_output_chars"):
+        for field in ("wall_seconds", "cpu_seconds", "memory_bytes", "file_bytes", "max_processes",
+                      "max_output_chars", "workdir_bytes", "run_as_uid"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"SandboxLimits.{field} must be positive, got {getattr(self, field)}")
 
@@ -89,7 +113,8 @@ class CandidateResult:
       auc_per_split: ROC AUC of each split (empty on failure).
       error: one message for the agent on failure ("" on success).
       seconds: wall-clock seconds the run took.
-      network_isolated: whether the candidate ran without a network.
+      network_isolated: whether the candidate saw no network interface but loopback.
+      sandboxed: whether it ran inside bubblewrap (False only when allowed unsandboxed).
     """
 
     success: bool
@@ -97,6 +122,7 @@ class CandidateResult:
     error: str = ""
     seconds: float = 0.0
     network_isolated: bool = False
+    sandboxed: bool = False
 
     @property
     def mean_auc(self) -> float:
@@ -132,7 +158,7 @@ def roc_auc(y_true: np.ndarray, proba: np.ndarray, classes: Sequence[int]) -> fl
     return float(roc_auc_score(y_true, scores, multi_class="ovo", labels=present))
 
 
-def scrubbed_environment(workdir: pathlib.Path) -> dict[str, str]:
+def scrubbed_environment(workdir: str | os.PathLike) -> dict[str, str]:
     """Returns the candidate's environment: nothing from the trainer but PATH basics."""
     single_thread = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     return {
@@ -146,8 +172,140 @@ def scrubbed_environment(workdir: pathlib.Path) -> dict[str, str]:
     }
 
 
+def job_payload(code: str, X: np.ndarray, y: np.ndarray, splits, limits: SandboxLimits, sandboxed: bool) -> bytes:
+    """Returns the runner's stdin: one JSON line (limits, code), then an .npz of features, splits, training labels."""
+    job = {
+        "cpu_seconds": limits.cpu_seconds,
+        "memory_bytes": limits.memory_bytes,
+        "file_bytes": limits.file_bytes,
+        "max_processes": limits.max_processes,
+        "max_output_chars": limits.max_output_chars,
+        "isolate_network": not sandboxed,  # bubblewrap already gave it an empty network namespace
+        # Model text may hold lone surrogates; they become "?", never an error here.
+        "code": code.encode("utf-8", errors="replace").decode("utf-8"),
+    }
+    arrays = {"X": np.asarray(X, dtype=np.float64), "classes": np.unique(y), "num_splits": np.int64(len(splits))}
+    for s, (train, test) in enumerate(splits):
+        arrays.update({f"train_{s}": np.asarray(train), f"test_{s}": np.asarray(test), f"y_train_{s}": y[train]})
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return json.dumps(job).encode("ascii") + b"\n" + buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------
+# One run: a child process fed through stdin, read through two capped pipes.
+
+
+@dataclasses.dataclass
+class _Exchange:
+    """What came back from one child process."""
+
+    result: bytearray = dataclasses.field(default_factory=bytearray)
+    log_tail: bytearray = dataclasses.field(default_factory=bytearray)
+    log_bytes: int = 0
+    info: bytearray = dataclasses.field(default_factory=bytearray)
+    timed_out: bool = False
+    overflow: str = ""
+
+
+def _exchange(process: subprocess.Popen, payload: bytes, deadline: float, result_cap: int, log_cap: int,
+              info_fd: int | None) -> _Exchange:
+    """Feeds `payload` to stdin and reads stdout (result), stderr (log) and bwrap's info until EOF.
+
+    Stops early at the deadline (`timed_out`) or when a stream passes its cap
+    (`overflow` says which); the caller then ends the process.
+    """
+    got = _Exchange()
+    selector = selectors.DefaultSelector()
+    pending = memoryview(payload)
+    os.set_blocking(process.stdin.fileno(), False)
+    selector.register(process.stdin, selectors.EVENT_WRITE, "stdin")
+    selector.register(process.stdout, selectors.EVENT_READ, "result")
+    selector.register(process.stderr, selectors.EVENT_READ, "log")
+    if info_fd is not None:
+        selector.register(info_fd, selectors.EVENT_READ, "info")
+    try:
+        while any(key.data != "stdin" for key in selector.get_map().values()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                got.timed_out = True
+                return got
+            for key, _ in selector.select(remaining):
+                if key.data == "stdin":
+                    try:
+                        pending = pending[os.write(key.fd, pending[:READ_CHUNK]):]
+                    except (BrokenPipeError, BlockingIOError) as error:
+                        if isinstance(error, BlockingIOError):
+                            continue
+                        pending = pending[:0]
+                    if not pending:
+                        selector.unregister(key.fileobj)
+                        process.stdin.close()
+                    continue
+                data = os.read(key.fd, READ_CHUNK)
+                if not data:
+                    selector.unregister(key.fileobj)
+                    continue
+                if key.data == "result":
+                    got.result += data
+                    if len(got.result) > result_cap:
+                        got.overflow = f"the result stream passed {result_cap} bytes"
+                        return got
+                elif key.data == "log":
+                    got.log_bytes += len(data)
+                    got.log_tail = (got.log_tail + data)[-4 * ERROR_TAIL_CHARS:]
+                    if got.log_bytes > log_cap:
+                        got.overflow = f"OverflowError: output limit of {log_cap} characters exceeded"
+                        return got
+                else:
+                    got.info += data[:READ_CHUNK]
+        return got
+    finally:
+        selector.close()
+
+
+def _sandbox_first_pid(info: bytes) -> int | None:
+    """Returns the host pid of the sandbox's first process from bwrap's --info-fd JSON, or None."""
+    found = re.search(rb'"child-pid"\s*:\s*(\d+)', info)
+    return int(found.group(1)) if found else None
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        return int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _end_sandbox(process: subprocess.Popen, info: bytes) -> None:
+    """Kills the sandbox's first process (the kernel then kills its whole PID namespace), then bwrap.
+
+    The pid comes from bwrap; it is signalled through a pidfd, and only after
+    checking that it is still bwrap's child, so a reused pid is never hit.
+    """
+    first = _sandbox_first_pid(bytes(info))
+    if first is not None and process.poll() is None and hasattr(os, "pidfd_open"):
+        try:
+            handle = os.pidfd_open(first)
+        except OSError:
+            handle = None
+        if handle is not None:
+            try:
+                if _parent_pid(first) == process.pid:
+                    signal.pidfd_send_signal(handle, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os.close(handle)
+    try:
+        process.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def _kill_group(pgid: int) -> None:
-    """Kills every process of the group (and session) `pgid` until none is left."""
+    """Kills every process of the group (and session) `pgid` until none is left (unsandboxed mode)."""
     for _ in range(50):
         alive = _members_of(pgid)
         try:
@@ -184,61 +342,235 @@ def _members_of(session: int) -> list[int]:
     return members
 
 
-def _fill_workdir(workdir: pathlib.Path, code: str, X: np.ndarray, y: np.ndarray, splits, limits: SandboxLimits) -> None:
-    """Writes data.npz (features, split indices, training labels only), the code and job.json."""
-    classes = np.unique(y)
-    arrays = {"X": np.asarray(X, dtype=np.float64), "classes": classes, "num_splits": np.int64(len(splits))}
-    for s, (train, test) in enumerate(splits):
-        arrays.update({f"train_{s}": train, f"test_{s}": test, f"y_train_{s}": y[train]})
-    np.savez(workdir / "data.npz", **arrays)
-    # Model text may hold lone surrogates; they become U+FFFD, never an error here.
-    (workdir / "candidate.py").write_text(code, encoding="utf-8", errors="replace")
-    job = {
-        "cpu_seconds": limits.cpu_seconds,
-        "memory_bytes": limits.memory_bytes,
-        "file_bytes": limits.file_bytes,
-        "max_processes": limits.max_processes,
-        "max_output_chars": limits.max_output_chars,
-        "isolate_network": limits.isolate_network,
-    }
-    (workdir / "job.json").write_text(json.dumps(job))
-
-
-def _drop_to_uid(limits: SandboxLimits, python: str) -> int | None:
-    """Returns the uid to run the candidate as, or None to keep the trainer's."""
-    if limits.run_as_uid is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return None
-    return limits.run_as_uid if interpreter_usable_by(python, limits.run_as_uid) else None
-
-
-def traversable_by_others(directory: pathlib.Path) -> bool:
-    """True when every directory from / down to `directory` lets other users pass."""
-    for path in (directory, *directory.parents):
-        try:
-            if not path.stat().st_mode & stat.S_IXOTH:
-                return False
-        except OSError:
-            return False
-    return True
-
-
-@functools.lru_cache(maxsize=None)
-def interpreter_usable_by(python: str, uid: int) -> bool:
-    """True when user `uid` can start `python` and import scikit-learn (probed once).
-
-    False e.g. when the interpreter lives under a directory only root may
-    enter; the sandbox then runs the candidate as the trainer's user.
-    """
+def _run(argv: list[str], payload: bytes, limits: SandboxLimits, cwd: str, env: dict, start: float,
+         result_cap: int, sandboxed: bool, info_pipe: tuple[int, int] | None) -> tuple[int, _Exchange]:
+    """Runs one child to its end (or kills it) and returns (exit status, what it sent)."""
+    info_r = info_pipe[0] if info_pipe else None
+    process = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True, close_fds=True, pass_fds=(info_pipe[1],) if info_pipe else (),
+    )
+    got = _Exchange()
     try:
-        probe = subprocess.run(
-            [python, "-I", "-c", "import numpy, sklearn"],
-            cwd="/", env={"PATH": "/usr/bin:/bin"}, user=uid, group=uid, extra_groups=[],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            timeout=60,
+        if info_pipe:
+            os.close(info_pipe[1])
+            info_pipe = None
+        got = _exchange(process, payload, start + limits.wall_seconds, result_cap, limits.max_output_chars, info_r)
+        if not (got.timed_out or got.overflow):
+            try:
+                process.wait(timeout=max(0.0, start + limits.wall_seconds - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                got.timed_out = True
+    finally:
+        if sandboxed:
+            _end_sandbox(process, got.info)
+        else:
+            _kill_group(process.pid)
+            process.wait()
+        for stream in (process.stdin, process.stdout, process.stderr):
+            stream.close()
+        for fd in (info_r, *(info_pipe or ())):
+            if fd is not None:
+                os.close(fd)
+    return process.returncode, got
+
+
+def _result_cap(y: np.ndarray, splits) -> int:
+    """Bytes the result stream may hold: every split's float64 probabilities plus overhead."""
+    num_classes = len(np.unique(y))
+    return sum(len(test) for _, test in splits) * num_classes * 8 + RESULT_OVERHEAD_BYTES
+
+
+def _evaluate(code, X, y, limits, splits, base_dir, python, sandboxed: bool) -> CandidateResult:
+    start = time.monotonic()
+    payload = job_payload(code, X, y, splits, limits, sandboxed)
+    cap = _result_cap(y, splits)
+    if sandboxed:
+        info_pipe = os.pipe()
+        try:
+            argv = isolation.bwrap_command(python, str(RUNNER), limits.run_as_uid, limits.wall_seconds,
+                                           limits.workdir_bytes, info_fd=info_pipe[1])
+        except BaseException:
+            os.close(info_pipe[0])
+            os.close(info_pipe[1])
+            raise
+        env = scrubbed_environment(isolation.SANDBOX_WORKDIR)
+        returncode, got = _run(argv, payload, limits, "/", env, start, cap, True, info_pipe)
+    else:
+        workdir = pathlib.Path(tempfile.mkdtemp(prefix="poad_sandbox_", dir=base_dir))
+        try:
+            argv = [python, "-I", str(RUNNER), str(workdir)]
+            returncode, got = _run(argv, payload, limits, str(workdir), scrubbed_environment(workdir), start, cap,
+                                   False, None)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+    seconds = time.monotonic() - start
+    if got.timed_out:
+        error = f"TimeoutError: the code ran longer than {limits.wall_seconds:g} s"
+        return CandidateResult(False, error=error, seconds=seconds, sandboxed=sandboxed)
+    if got.overflow:
+        return CandidateResult(False, error=got.overflow, seconds=seconds, sandboxed=sandboxed)
+    return _read_result(bytes(got.result), bytes(got.log_tail), y, splits, returncode, seconds, sandboxed)
+
+
+def _read_result(data: bytes, log: bytes, y, splits, returncode: int, seconds: float, sandboxed: bool) -> CandidateResult:
+    """Scores the runner's .npz against the test labels (which never left this process)."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as result:
+            status = json.loads(bytes(result["status"]).decode("utf-8"))
+            arrays = {name: np.asarray(result[name]) for name in result.files if name.startswith("proba_")}
+        if not isinstance(status, dict):
+            raise ValueError("status is not an object")
+    except Exception:  # noqa: BLE001 - anything the candidate could have written on the stream
+        tail = log.decode("utf-8", "replace").strip()[-ERROR_TAIL_CHARS:]
+        reason = _describe_exit(returncode, sandboxed)
+        error = f"the process {reason} without a result" + (f":\n{tail}" if tail else "")
+        return CandidateResult(False, error=error, seconds=seconds, sandboxed=sandboxed)
+    isolated = bool(status.get("network_isolated", False))
+    common = {"seconds": seconds, "network_isolated": isolated, "sandboxed": sandboxed}
+    if not status.get("ok"):
+        return CandidateResult(False, error=str(status.get("error", "unknown error"))[:ERROR_TAIL_CHARS], **common)
+    classes = [int(c) for c in np.unique(y)]
+    try:
+        aucs = []
+        for s, (_, test) in enumerate(splits):
+            proba = np.asarray(arrays[f"proba_{s}"], dtype=np.float64)
+            if proba.shape != (len(test), len(classes)):
+                raise ValueError(f"probabilities of split {s} have shape {proba.shape}")
+            aucs.append(roc_auc(y[test], proba, classes))
+    except (KeyError, TypeError, ValueError) as error:
+        return CandidateResult(False, error=f"{type(error).__name__}: {error}", **common)
+    return CandidateResult(True, tuple(aucs), **common)
+
+
+def _describe_exit(returncode: int, sandboxed: bool = False) -> str:
+    # Inside bubblewrap a signal death reaches us as 128 + signal (timeout's and bwrap's convention).
+    number = -returncode if returncode < 0 else (returncode - 128 if sandboxed and returncode > 128 else 0)
+    if number:
+        try:
+            return f"was killed by {signal.Signals(number).name}"
+        except ValueError:
+            return f"was killed by signal {number}"
+    return f"exited with code {returncode}"
+
+
+# ---------------------------------------------------------------------------
+# Whether the sandbox holds: a probe through the same path, once per process.
+
+PROBE_CODE = f'''
+import json, os
+
+def _status(name):
+    for line in open("/proc/self/status"):
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
+
+def _host_uid(uid):
+    for line in open("/proc/self/uid_map"):
+        inside, outside, count = (int(part) for part in line.split())
+        if inside <= uid < inside + count:
+            return outside + uid - inside
+    return None
+
+raise RuntimeError("{PROBE_TAG} " + json.dumps({{
+    "uid": os.getuid(), "host_uid": _host_uid(os.getuid()),
+    "pid_ns": os.readlink("/proc/self/ns/pid"), "net_ns": os.readlink("/proc/self/ns/net"),
+    "mnt_ns": os.readlink("/proc/self/ns/mnt"),
+    "cap_eff": int(_status("CapEff"), 16), "no_new_privs": _status("NoNewPrivs"),
+    "etc_shadow_visible": os.path.exists("/etc/shadow"),
+}}))
+'''
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxStatus:
+    """Whether candidates can run sandboxed here.
+
+    Attributes:
+      ok: the probe ran inside bubblewrap and every check held.
+      reason: why not ("" when ok).
+      facts: what the probe reported from inside (uid, namespaces, capabilities).
+    """
+
+    ok: bool
+    reason: str = ""
+    facts: dict = dataclasses.field(default_factory=dict)
+
+
+def probe_problems(facts: dict, trainer_is_root: bool, expected_uid: int) -> list[str]:
+    """Returns what is wrong with the probe's `facts` compared with this process (empty: the sandbox holds)."""
+    problems = []
+    if facts.get("host_uid") in (0, None):
+        problems.append(f"the candidate runs as host uid {facts.get('host_uid')}")
+    elif trainer_is_root and facts.get("host_uid") != expected_uid:
+        problems.append(f"the candidate runs as host uid {facts.get('host_uid')}, not {expected_uid}")
+    for kind in ("pid", "net", "mnt"):
+        if facts.get(f"{kind}_ns") == os.readlink(f"/proc/self/ns/{kind}"):
+            problems.append(f"the candidate shares the trainer's {kind} namespace")
+    if facts.get("cap_eff") != 0:
+        problems.append(f"the candidate has capabilities {facts.get('cap_eff')}")
+    if facts.get("no_new_privs") != "1":
+        problems.append("no_new_privs is not set")
+    if facts.get("etc_shadow_visible") is not False:
+        problems.append("the candidate sees /etc/shadow")
+    return problems
+
+
+def run_probe(python: str = sys.executable, run_as_uid: int = NOBODY_UID) -> SandboxStatus:
+    """Runs the probe program as a candidate inside bubblewrap and checks what it reports."""
+    X = np.arange(8, dtype=np.float64).reshape(4, 2)
+    y = np.array([0, 1, 0, 1])
+    splits = [(np.array([0, 1]), np.array([2, 3]))]
+    limits = SandboxLimits(wall_seconds=PROBE_WALL_S, run_as_uid=run_as_uid)
+    try:
+        result = _evaluate(PROBE_CODE, X, y, limits, splits, None, python, sandboxed=True)
+    except (SandboxUnavailableError, OSError) as error:
+        return SandboxStatus(False, str(error))
+    marker = f"RuntimeError: {PROBE_TAG} "
+    if not result.error.startswith(marker):
+        return SandboxStatus(False, f"the sandbox probe did not run: {result.error.strip()[:500]}")
+    facts = json.loads(result.error[len(marker):])
+    problems = probe_problems(facts, os.geteuid() == 0, run_as_uid)
+    return SandboxStatus(not problems, "; ".join(problems), facts)
+
+
+_status_lock = threading.Lock()
+_statuses: dict[tuple[str, int], SandboxStatus] = {}
+_warned_unsandboxed = False
+
+
+def sandbox_status(python: str = sys.executable, run_as_uid: int = NOBODY_UID) -> SandboxStatus:
+    """Returns `run_probe(python, run_as_uid)`, probed once per process."""
+    key = (python, run_as_uid)
+    with _status_lock:
+        if key not in _statuses:
+            _statuses[key] = run_probe(python, run_as_uid)
+        return _statuses[key]
+
+
+def require_sandbox(limits: SandboxLimits = SandboxLimits(), python: str = sys.executable) -> bool:
+    """Returns True when candidates will run in the sandbox, False when explicitly allowed without it.
+
+    Raises SandboxUnavailableError when the sandbox does not hold and neither
+    `limits.allow_unsandboxed` nor `$POAD_ALLOW_UNSANDBOXED` allows running
+    without it.  The unsandboxed case logs a warning once per process.
+    """
+    global _warned_unsandboxed
+    status = sandbox_status(python, limits.run_as_uid)
+    if status.ok:
+        return True
+    if not (limits.allow_unsandboxed or isolation.allow_unsandboxed_from_env()):
+        raise SandboxUnavailableError(
+            f"refusing to run model-written code without the sandbox: {status.reason}. Install bubblewrap "
+            f"(scripts/setup.sh as root, or apt-get install bubblewrap), or set {isolation.ALLOW_UNSANDBOXED_ENV}=1 "
+            "to run it unsandboxed at your own risk"
         )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return probe.returncode == 0
+    with _status_lock:
+        if not _warned_unsandboxed:
+            _warned_unsandboxed = True
+            _log.warning("WARNING: model-written code runs WITHOUT the sandbox (%s); only the audit hook and "
+                         "resource limits apply, so it can read, write and signal as this user", status.reason)
+    return False
 
 
 def evaluate_candidate(
@@ -252,92 +584,16 @@ def evaluate_candidate(
 ) -> CandidateResult:
     """Runs `code` (defining build_model) in the sandbox and returns its scores.
 
-    `splits` defaults to `split_indices(len(y))`.  Never raises for anything
-    the candidate does: crashes, timeouts and bad outputs become
-    `CandidateResult(success=False, error=...)`.
+    `splits` defaults to `split_indices(len(y))`.  `base_dir` holds the
+    temporary directory of the unsandboxed mode only.  Never raises for
+    anything the candidate does: crashes, timeouts and bad outputs become
+    `CandidateResult(success=False, error=...)`.  Raises
+    SandboxUnavailableError when the sandbox does not hold here (see
+    `require_sandbox`).
     """
-    start = time.monotonic()
     splits = split_indices(len(y)) if splits is None else splits
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix="poad_sandbox_", dir=base_dir))
-    try:
-        _fill_workdir(workdir, code, X, y, splits, limits)
-        uid = _drop_to_uid(limits, python)
-        if uid is not None and not traversable_by_others(workdir.parent):
-            uid = None  # the unprivileged user could not reach its own directory
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-        with open(workdir / "output.txt", "wb") as output:
-            process = subprocess.Popen(
-                [python, "-I", str(RUNNER), str(workdir)],
-                cwd=workdir,
-                env=scrubbed_environment(workdir),
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-                **({"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}),
-            )
-            timed_out = False
-            try:
-                process.wait(timeout=limits.wall_seconds)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                _kill_group(process.pid)
-                process.wait()
-        seconds = time.monotonic() - start
-        if timed_out:
-            return CandidateResult(False, error=f"TimeoutError: the code ran longer than {limits.wall_seconds:g} s", seconds=seconds)
-        return _read_result(workdir, y, splits, process.returncode, seconds)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _read_result(workdir: pathlib.Path, y, splits, returncode: int, seconds: float) -> CandidateResult:
-    status_file = workdir / "result.json"
-    try:
-        status = json.loads(status_file.read_text())
-    except (OSError, ValueError):
-        tail = _tail(workdir / "output.txt")
-        reason = _describe_exit(returncode)
-        return CandidateResult(False, error=f"the process {reason} without a result" + (f":\n{tail}" if tail else ""), seconds=seconds)
-    isolated = bool(status.get("network_isolated", False))
-    if not status.get("ok"):
-        error = str(status.get("error", "unknown error"))[:ERROR_TAIL_CHARS]
-        return CandidateResult(False, error=error, seconds=seconds, network_isolated=isolated)
-    classes = [int(c) for c in np.unique(y)]
-    try:
-        with np.load(workdir / "result.npz") as result:
-            aucs = []
-            for s, (_, test) in enumerate(splits):
-                proba = np.asarray(result[f"proba_{s}"], dtype=np.float64)
-                if proba.shape != (len(test), len(classes)):
-                    raise ValueError(f"probabilities of split {s} have shape {proba.shape}")
-                aucs.append(roc_auc(y[test], proba, classes))
-    except (OSError, KeyError, ValueError) as error:
-        return CandidateResult(False, error=f"{type(error).__name__}: {error}", seconds=seconds, network_isolated=isolated)
-    return CandidateResult(True, tuple(aucs), seconds=seconds, network_isolated=isolated)
-
-
-def _describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"was killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with code {returncode}"
-
-
-def _tail(path: pathlib.Path, chars: int = ERROR_TAIL_CHARS) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - chars))
-            return handle.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
+    sandboxed = require_sandbox(limits, python)
+    return _evaluate(code, X, y, limits, splits, base_dir, python, sandboxed)
 
 
 def evaluate_many(
@@ -349,6 +605,7 @@ def evaluate_many(
 ) -> list[CandidateResult]:
     """Returns `evaluate_candidate` of each code, run `max_workers` at a time (threads)."""
     splits = split_indices(len(y))
+    require_sandbox(limits)
     workers = max_workers or min(len(codes), os.cpu_count() or 1) or 1
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(lambda code: evaluate_candidate(code, X, y, limits, splits), codes))

@@ -1,0 +1,169 @@
+"""The operating-system boundary around a candidate program: bubblewrap.
+
+`bwrap_command(...)` returns the argv that runs the runner inside a
+bubblewrap (`bwrap`) sandbox.  Every candidate gets fresh PID, network, IPC,
+UTS, cgroup and mount namespaces; its root is an empty tmpfs that holds only:
+- `/usr` (and the `/bin`, `/lib*` links to it) and `/etc/ld.so.cache`, read-only;
+- the interpreter's prefixes (the venv and the Python it was made from), each
+  bound read-only at its own path, with fresh world-traversable (0755)
+  directories above it: the mode of the host's `/root` (0700) does not apply
+  to the mount point, so no world-readable copy of the interpreter is needed;
+- the runner script, read-only, at `SANDBOX_RUNNER`;
+- a fresh `/proc` of the new PID namespace and a minimal `/dev`;
+- its working directory `SANDBOX_WORKDIR`, a size-capped tmpfs that exists
+  only in the sandbox's mount namespace (nothing on the host's disk).
+
+Who the candidate is:
+- Trainer is root: bwrap runs privileged (no user namespace) and drops every
+  capability but CAP_SETUID/SETGID/SETPCAP; `setpriv` then becomes the
+  unprivileged `uid` (65534, nobody) with no groups, an empty capability
+  bounding set and no_new_privs before the interpreter starts.  The
+  candidate is that uid on the host, so the kernel's ordinary permission
+  checks (and RLIMIT_NPROC, which root ignores) apply to it.
+- Trainer is not root: bwrap makes a user namespace (`--unshare-user
+  --disable-userns`) in which the candidate has no capabilities; on the host
+  it is the trainer's own uid, but it sees no process and no file of the
+  trainer outside the read-only binds.
+
+The command inside is `timeout -s KILL <wall>`, so the wall clock is also
+enforced from inside the sandbox: when it fires (or when bwrap's own first
+process, PID 1 of the namespace, ends for any reason) the kernel kills every
+process of the namespace, `setsid()` or not.  `--die-with-parent` ends the
+sandbox when the trainer thread that started it dies, `kill -9` included.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import pathlib
+import shutil
+import subprocess
+from typing import Sequence
+
+SANDBOX_WORKDIR = "/sandbox"
+SANDBOX_RUNNER = "/opt/poad/_runner.py"
+ALLOW_UNSANDBOXED_ENV = "POAD_ALLOW_UNSANDBOXED"
+# Directories bound from the host whenever they exist (system libraries).
+SYSTEM_TREES = ("/usr",)
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SYSTEM_FILES = ("/etc/ld.so.cache",)
+# Capabilities that bwrap keeps (root only) so that setpriv can drop to `uid`.
+SETPRIV_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
+# Seconds the inner clock allows beyond the trainer's, so that the trainer's
+# own timeout normally fires first and reports a TimeoutError.
+INNER_CLOCK_SLACK_S = 2
+
+
+class SandboxUnavailableError(RuntimeError):
+    """bubblewrap is missing or the kernel refuses its namespaces (and unsandboxed runs are not allowed)."""
+
+
+def allow_unsandboxed_from_env() -> bool:
+    """True when `$POAD_ALLOW_UNSANDBOXED` is 1/true/yes (the trainer's explicit opt-out)."""
+    return os.environ.get(ALLOW_UNSANDBOXED_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def find_tool(name: str) -> str | None:
+    """Returns the absolute path of a system tool (PATH, then /usr/bin and /bin), or None."""
+    return shutil.which(name) or shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
+
+
+@functools.lru_cache(maxsize=None)
+def interpreter_prefixes(python: str) -> tuple[str, ...]:
+    """Returns the directories `python` needs at run time (its prefixes), as the interpreter reports them.
+
+    Both the path as given and its real path are returned when they differ
+    (a venv's `bin/python` is a link into the base interpreter).  Raises
+    SandboxUnavailableError when the interpreter cannot be started.
+    """
+    script = ("import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, "
+              "sys.exec_prefix, sys.base_exec_prefix]))")
+    try:
+        out = subprocess.run([python, "-I", "-c", script], capture_output=True, text=True, timeout=60, check=True)
+        prefixes = json.loads(out.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as error:
+        raise SandboxUnavailableError(f"cannot ask {python} for its prefixes: {error}") from error
+    paths = []
+    for prefix in prefixes:
+        for path in (os.path.abspath(prefix), os.path.realpath(prefix)):
+            if path not in paths:
+                paths.append(path)
+    return tuple(paths)
+
+
+def _is_within(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def read_only_binds(python: str) -> list[str]:
+    """Returns the host directories bound read-only at their own paths: system trees and the interpreter."""
+    binds = [tree for tree in SYSTEM_TREES if os.path.isdir(tree)]
+    for prefix in sorted(interpreter_prefixes(python), key=len):
+        if not _is_within(prefix, binds) and os.path.isdir(prefix):
+            binds.append(prefix)
+    return binds
+
+
+def _parent_directories(paths: Sequence[str]) -> list[str]:
+    """Returns every ancestor of `paths` below `/`, outermost first, without duplicates."""
+    parents: list[str] = []
+    for path in paths:
+        for parent in reversed(pathlib.PurePosixPath(path).parents):
+            text = str(parent)
+            if text != "/" and text not in parents:
+                parents.append(text)
+    return parents
+
+
+def bwrap_command(python: str, runner: str, uid: int, wall_seconds: float, workdir_bytes: int,
+                  info_fd: int | None = None, is_root: bool | None = None) -> list[str]:
+    """Returns the argv that runs `python -I runner SANDBOX_WORKDIR` inside a new sandbox.
+
+    `uid` is the host user of the candidate when the trainer is root; see the
+    module docstring for the layout and for the non-root case.  `info_fd`
+    (inherited by bwrap) receives bwrap's JSON with the host pid of the
+    sandbox's first process, which the trainer kills to end the sandbox.  Raises
+    SandboxUnavailableError when bwrap, timeout or (root) setpriv is missing.
+    """
+    is_root = os.geteuid() == 0 if is_root is None else is_root
+    tools = {name: find_tool(name) for name in ("bwrap", "timeout", *(["setpriv"] if is_root else []))}
+    missing = [name for name, path in tools.items() if path is None]
+    if missing:
+        hint = " (Debian: apt-get install bubblewrap; or run scripts/setup.sh as root)" if "bwrap" in missing else ""
+        raise SandboxUnavailableError(f"{', '.join(missing)} not found{hint}")
+    binds = read_only_binds(python)
+    argv = [tools["bwrap"], "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
+    if is_root:
+        argv += [arg for cap in SETPRIV_CAPS for arg in ("--cap-add", cap)]
+    else:
+        argv += ["--unshare-user", "--disable-userns"]
+    parents = _parent_directories([*binds, *SYSTEM_FILES, SANDBOX_RUNNER])
+    for parent in parents:
+        if not _is_within(parent, binds):
+            argv += ["--perms", "0755", "--dir", parent]
+    for tree in binds:
+        argv += ["--ro-bind", tree, tree]
+    for link in SYSTEM_LINKS:
+        if os.path.islink(link):
+            argv += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link) and not _is_within(link, binds):
+            argv += ["--ro-bind", link, link]
+    for path in SYSTEM_FILES:
+        if os.path.isfile(path):
+            argv += ["--ro-bind", path, path]
+    argv += ["--ro-bind", str(runner), SANDBOX_RUNNER, "--proc", "/proc", "--dev", "/dev",
+             "--size", str(int(workdir_bytes)), "--perms", "1777", "--tmpfs", SANDBOX_WORKDIR,
+             "--chdir", SANDBOX_WORKDIR, "--"]
+    inner_seconds = int(math.ceil(wall_seconds)) + INNER_CLOCK_SLACK_S
+    argv += [tools["timeout"], "-s", "KILL", str(inner_seconds)]
+    if is_root:
+        argv += [tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    argv += [python, "-I", SANDBOX_RUNNER, SANDBOX_WORKDIR]
+    return argv
