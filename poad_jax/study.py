@@ -338,8 +338,9 @@ def study_lock(workdir: pathlib.Path):
         handle.close()
 
 
-def prepare_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> None:
-    """Creates or checks `workdir`: the study it holds must be this one."""
+def check_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> None:
+    """Raises StudyError if `workdir` holds another study, or a cell run with other settings.
+    Reads only: nothing is written before the study is known to be valid."""
     if workdir.exists() and not workdir.is_dir():
         raise StudyError(f"workdir {workdir} is a file, not a directory")
     recorded = read_json(workdir / STUDY_FILE)
@@ -355,6 +356,11 @@ def prepare_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> N
             if diff:
                 raise StudyError(f"cell {cell.name} in {workdir} was run with other settings ({'; '.join(diff)}): "
                                  f"choose another --workdir")
+
+
+def prepare_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> None:
+    """Checks `workdir` (`check_workdir`), then creates it and records the study in it."""
+    check_workdir(study, workdir, cells)
     try:
         (workdir / "cells").mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -372,7 +378,14 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
     """Runs every unfinished cell (at most `workers` at once); returns {cell: status}."""
     cells = grid(study)
     configs = {cell.name: cell_config(study, cell) for cell in cells}  # validates every cell first
-    prepare_workdir(study, workdir, cells)
+    check_workdir(study, workdir, cells)
+    with study_lock_dir(workdir):
+        prepare_workdir(study, workdir, cells)
+        return _run_cells(study, workdir, cells, configs, workers, reuse, log)
+
+
+def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: dict[str, Any], workers: int,
+               reuse: bool, log) -> dict[str, str]:
     totals = {name: int(config.total_env_steps) for name, config in configs.items()}
     status: dict[str, str] = {}
     pending: list[Cell] = []
@@ -436,17 +449,23 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
         else:
             tail = (cell_dir / "train.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
             log(f"cell {name} failed (exit {returncode}): {tail[0][-200:]} (log: {cell_dir / 'train.log'})")
-        progress()
 
-    progress()
+    if not pending:
+        progress()
     try:
         while pending or running:
+            changed = False
             while pending and len(running) < workers:
                 launch(pending.pop(0))
+                changed = True
+            if changed:
+                progress()
             time.sleep(0.2)
-            for name, (process, _, _) in list(running.items()):
-                if process.poll() is not None:
-                    finish(name, process.returncode)
+            finished = [(name, p.returncode) for name, (p, _, _) in running.items() if p.poll() is not None]
+            for name, returncode in finished:
+                finish(name, returncode)
+            if finished and not (pending or running):
+                progress()
     finally:
         for process, _, log_file in running.values():  # interrupted: stop the trainers cleanly
             with contextlib.suppress(ProcessLookupError):
@@ -755,8 +774,7 @@ def main(argv: list[str] | None = None) -> int:
             if recorded.get("identity") != study.identity():
                 raise StudyError(f"workdir {workdir} holds another study ({recorded.get('identity')})")
         else:
-            with study_lock_dir(workdir):
-                status = run_study(study, workdir, workers=args.workers, reuse=not args.no_reuse)
+            status = run_study(study, workdir, workers=args.workers, reuse=not args.no_reuse)
             failed = [name for name, s in status.items() if s == "failed"]
             if failed:
                 print(f"{len(failed)} cell(s) failed: {', '.join(failed[:5])}"

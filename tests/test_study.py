@@ -1,0 +1,215 @@
+"""The study runner as a user runs it (`python -m poad_jax.study`), on the toy task.
+
+- A 2 x 2 grid (method x seed) runs every cell as a trainer run directory,
+  two at a time, and writes the report.
+- Re-running the same command skips finished cells (nothing rewritten).
+- `kill -9` of the runner kills its trainers too; re-running resumes the
+  killed cell from its checkpoint and finishes it with each update logged once.
+- The report's table equals a hand computation from the cells' metrics.jsonl.
+- Mistakes are one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from poad_jax import study as study_lib
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def write_study(directory: pathlib.Path, name: str = "toy_grid", updates: int = 2, methods=("poad", "ntpo"),
+                seeds=(0, 1), extra_axes: str = "", base: str = "configs/toy.py") -> pathlib.Path:
+    """A study file over configs/toy.py: `updates` PPO updates of 16 env steps per cell."""
+    variants = ", ".join(f'{{"label": "{m.upper()}", "method": "{m}"}}' for m in methods)
+    path = directory / f"{name}.py"
+    path.write_text(f'''
+def get_study():
+    return {{
+        "name": "{name}",
+        "base_config": "{REPO / base}",
+        "fixed": {{"total_env_steps": {16 * updates}, "tensorboard": False, "plot": False}},
+        "axes": {{"variant": [{variants}]{extra_axes}}},
+        "seeds": {tuple(seeds)!r},
+        "report": {{"metric": "episode_return", "threshold": 0.5, "smoothing": 1}},
+    }}
+''')
+    return path
+
+
+def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "poad_jax.study", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def finished_grid(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("study")
+    study_file = write_study(directory)
+    workdir = directory / "runs" / "toy_grid"
+    result = run_cli(f"--study={study_file}", f"--workdir={workdir}", "--workers=2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return study_file, workdir, result
+
+
+def test_a_two_by_two_grid_runs_every_cell_and_reports(finished_grid):
+    _, workdir, result = finished_grid
+    cells = sorted(p.name for p in (workdir / "cells").iterdir())
+    assert cells == ["NTPO__seed=0", "NTPO__seed=1", "POAD__seed=0", "POAD__seed=1"]
+    for cell in cells:
+        cell_dir = workdir / "cells" / cell
+        records = [json.loads(line) for line in (cell_dir / "metrics.jsonl").read_text().splitlines()]
+        assert [r["update"] for r in records] == [1, 2] and records[-1]["env_steps"] == 32
+        config = json.loads((cell_dir / "config.json").read_text())
+        assert config["method"] == cell.split("__")[0].lower()
+        assert config["seed"] == int(cell.split("=")[-1])
+        assert json.loads((cell_dir / "cell.json").read_text())["status"] == "done"
+    assert "4 done, 0 running, 0 left of 4" in result.stdout
+    for name in ("report.md", "return.png", "success.png"):
+        assert (workdir / name).stat().st_size > 0
+
+
+def hand_final(path: pathlib.Path, metric: str) -> float:
+    """Mean of `metric` over the records in the last 10 % of env steps (written out plainly)."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    last = records[-1]["env_steps"]
+    values = [r[metric] for r in records if r["env_steps"] > 0.9 * last and r[metric] is not None]
+    return sum(values) / len(values)
+
+
+def test_report_numbers_equal_a_hand_computation(finished_grid):
+    _, workdir, _ = finished_grid
+    table = {}
+    for line in (workdir / "report.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) >= 4 and cells[0] in ("POAD", "NTPO"):
+            table[cells[0]] = cells
+    assert set(table) == {"POAD", "NTPO"}
+    for group, row in table.items():
+        for column, metric in ((2, "episode_return"), (3, "success_rate")):
+            finals = [hand_final(workdir / "cells" / f"{group}__seed={s}" / "metrics.jsonl", metric) for s in (0, 1)]
+            mean = sum(finals) / 2
+            std = (sum((f - mean) ** 2 for f in finals) / (2 - 1)) ** 0.5
+            assert row[column] == f"{mean:.3f} ± {std:.3f}"
+        assert row[1] == "2"
+
+
+def test_rerunning_skips_finished_cells(finished_grid):
+    study_file, workdir, _ = finished_grid
+    before = {p: p.stat().st_mtime_ns for p in (workdir / "cells").glob("*/metrics.jsonl")}
+    result = run_cli(f"--study={study_file}", f"--workdir={workdir}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "4 done, 0 running, 0 left of 4" in result.stdout.splitlines()[0]
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+
+
+def trainer_pids(cell_dir: pathlib.Path) -> list[int]:
+    """PIDs of live processes whose command line names `cell_dir`."""
+    pids = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (proc / "stat").read_text().split()[2]
+            except OSError:
+                continue
+            if f"--workdir={cell_dir}" in cmdline and state != "Z":
+                pids.append(int(proc.name))
+    return pids
+
+
+def test_kill_9_of_the_runner_kills_its_trainer_and_a_rerun_resumes(tmp_path):
+    study_file = write_study(tmp_path, name="killed", updates=6, methods=("poad",), seeds=(0,))
+    workdir = tmp_path / "runs" / "killed"
+    cell_dir = workdir / "cells" / "POAD__seed=0"
+    runner = subprocess.Popen([sys.executable, "-m", "poad_jax.study", f"--study={study_file}",
+                               f"--workdir={workdir}"], cwd=REPO, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # wait for the second update's checkpoint
+        steps = sorted((cell_dir / "checkpoints").glob("[0-9]*")) if (cell_dir / "checkpoints").exists() else []
+        if len(steps) >= 1 and any(p.name == "2" for p in steps):
+            break
+        assert runner.poll() is None, "the runner ended before it could be killed"
+        time.sleep(0.1)
+    else:
+        pytest.fail("no checkpoint within 300 s")
+    assert trainer_pids(cell_dir), "the trainer should be running"
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    for _ in range(100):  # the trainer gets SIGKILL from the kernel when its parent dies
+        if not trainer_pids(cell_dir):
+            break
+        time.sleep(0.1)
+    assert trainer_pids(cell_dir) == []
+    assert json.loads((cell_dir / "cell.json").read_text())["status"] == "running"
+
+    result = run_cli(f"--study={study_file}", f"--workdir={workdir}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "resuming" in (cell_dir / "train.log").read_text()
+    records = [json.loads(line) for line in (cell_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert json.loads((cell_dir / "cell.json").read_text())["status"] == "done"
+
+
+def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_one_line_errors(tmp_path, finished_grid):
+    one_line_error(run_cli(f"--study={tmp_path / 'missing.py'}"), "no study file")
+    broken = tmp_path / "broken.py"
+    broken.write_text("def get_study(:\n")
+    one_line_error(run_cli(f"--study={broken}"), "cannot load study file", "SyntaxError")
+    typo = write_study(tmp_path, name="typo", extra_axes=', "ppo.actor_lrr": [1e-3]')
+    one_line_error(run_cli(f"--study={typo}", f"--workdir={tmp_path / 'w'}"), "ppo.actor_lrr",
+                   "did you mean 'ppo.actor_lr'")
+    bad_value = write_study(tmp_path, name="bad_value", methods=("ppo",))
+    one_line_error(run_cli(f"--study={bad_value}", f"--workdir={tmp_path / 'w'}"), "unknown method 'ppo'")
+    other = write_study(tmp_path, name="other_study")
+    _, workdir, _ = finished_grid
+    one_line_error(run_cli(f"--study={other}", f"--workdir={workdir}"), "holds study 'toy_grid'")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    one_line_error(run_cli(f"--study={other}", f"--workdir={a_file}"), "is a file")
+    one_line_error(run_cli(f"--study={other}", f"--workdir={tmp_path / 'never'}", "--report"), "holds no study")
+    assert not (tmp_path / "w").exists() or not any((tmp_path / "w").iterdir())
+
+
+def test_changed_cell_settings_are_refused_but_more_env_steps_resume(tmp_path):
+    study = study_lib.load_study(write_study(tmp_path, name="s", updates=1, methods=("poad",), seeds=(0,)))
+    cells = study_lib.grid(study)
+    workdir = tmp_path / "w"
+    study_lib.prepare_workdir(study, workdir, cells)
+    cell_dir = workdir / "cells" / cells[0].name
+    cell_dir.mkdir(parents=True)
+    study_lib.write_json_atomic(cell_dir / "cell.json", {"overrides": {**cells[0].overrides, "ppo.gamma": 0.5}})
+    with pytest.raises(study_lib.StudyError, match="ppo.gamma"):
+        study_lib.prepare_workdir(study, workdir, cells)
+    study_lib.write_json_atomic(cell_dir / "cell.json", {"overrides": {**cells[0].overrides, "total_env_steps": 8}})
+    study_lib.prepare_workdir(study, workdir, cells)  # total_env_steps may grow: the trainer continues
+
+
+def test_smoothing_band_and_final_value_are_plain_formulas():
+    values = np.array([1.0, np.nan, 3.0, 5.0])
+    np.testing.assert_allclose(study_lib.smooth(values, 2), [1.0, 1.0, 3.0, 4.0])
+    records = [{"env_steps": 10 * (i + 1), "r": v} for i, v in enumerate([0.0, 1.0, None, 2.0, 4.0])]
+    assert study_lib.final_value(records, "r", fraction=0.3) == pytest.approx(3.0)  # steps 40, 50
+    assert study_lib.steps_to_threshold(records, "r", 1.5, window=1) == 40
+    steps, mean, std = study_lib.band([(np.array([0.0, 1.0]), np.array([1.0, 3.0])),
+                                       (np.array([0.0, 1.0]), np.array([3.0, 5.0]))], window=1)
+    np.testing.assert_allclose(mean, [2.0, 4.0])
+    np.testing.assert_allclose(std, [1.0, 1.0])
