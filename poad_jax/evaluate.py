@@ -5,6 +5,12 @@ policy sampled as in training and N greedy (temperature 0; trie decoding
 picks the most likely valid action token by token), and prints return and
 success rate per env in one table.  `--env all-virtualhome` expands to the
 VirtualHome food-preparation task and all its generalisation variants.
+
+`python -m poad_jax.evaluate --workdir W --best-program` instead re-scores
+a DataSciCoding run's best program on its dataset's five splits
+(`poad_jax.best_program`).  An environment in which no episode finishes
+within `--max-steps` shows `-` in the table and makes the command end with
+one error line and status 2 (never a NaN with status 0).
 """
 
 from __future__ import annotations
@@ -53,7 +59,10 @@ def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy:
     threads = min(episodes, int(config.num_threads))
     rconfig = dataclasses.replace(rconfig, sampling=sampling, num_threads=threads, rollout_length=1)
     kwargs = dict(config.env.kwargs) if env_name == config.env.name else {}
-    envs = envs_py.VectorEnv(env_name, threads, seed=seed, mode=str(config.env.vector_mode), **kwargs)
+    try:
+        envs = envs_py.VectorEnv(env_name, threads, seed=seed, mode=str(config.env.vector_mode), **kwargs)
+    except Exception as error:  # kwargs and data files are the user's: one line, not a traceback
+        raise ExportError(f"cannot build environment {env_name!r}: {' '.join(str(error).split())}") from None
     collector = RolloutCollector(envs, tokenizer, Sampler(), method, rconfig, seed=seed)
     rng = jax.random.key(seed)
     steps = 0
@@ -74,10 +83,22 @@ def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy:
 
 
 def format_table(results: list[EvalResult]) -> str:
+    """One row per (env, mode); `-` where no episode finished."""
     lines = [f"{'environment':<44}{'mode':<9}{'episodes':>9}{'return':>10}{'success':>9}"]
     for r in results:
-        lines.append(f"{r.env:<44}{r.mode:<9}{r.episodes:>9}{r.mean_return:>10.3f}{r.success_rate:>9.2f}")
+        ret = f"{r.mean_return:.3f}" if r.episodes else "-"
+        success = f"{r.success_rate:.2f}" if r.episodes else "-"
+        lines.append(f"{r.env:<44}{r.mode:<9}{r.episodes:>9}{ret:>10}{success:>9}")
     return "\n".join(lines)
+
+
+def unfinished_line(results: list[EvalResult], max_steps: int) -> str | None:
+    """The error line for environments where no episode finished, else None."""
+    empty = sorted({f"{r.env} ({r.mode})" for r in results if r.episodes == 0})
+    if not empty:
+        return None
+    return (f"no episode finished within --max-steps {max_steps} in {', '.join(empty)}; "
+            "raise --max-steps")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,9 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--max-steps", type=int, default=1000, help="env steps per thread before giving up")
     parser.add_argument("--mode", choices=["both", "sampled", "greedy"], default="both")
+    parser.add_argument("--best-program", action="store_true",
+                        help="re-score the run's best DataSciCoding program instead (poad_jax.best_program)")
     args = parser.parse_args(argv)
-    if args.episodes < 1:
-        print("error: --episodes must be >= 1", file=sys.stderr)
+    if args.best_program:
+        from poad_jax import best_program
+
+        return best_program.main(["--workdir", args.workdir])
+    if args.episodes < 1 or args.max_steps < 1:
+        print("error: --episodes and --max-steps must be >= 1", file=sys.stderr)
         return 2
     try:
         config, model, tokenizer, _ = load_trained_actor(pathlib.Path(args.workdir))
@@ -107,10 +134,19 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for name in names:
         for greedy in modes:
-            results.append(evaluate_env(model, tokenizer, config, name, args.episodes, greedy, args.seed, args.max_steps))
+            try:
+                results.append(evaluate_env(model, tokenizer, config, name, args.episodes, greedy, args.seed,
+                                            args.max_steps))
+            except ExportError as error:
+                print(f"error: {error}", file=sys.stderr)
+                return 2
             print(format_table(results[-1:]).splitlines()[-1], flush=True)
     print()
     print(format_table(results))
+    problem = unfinished_line(results, args.max_steps)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -63,36 +63,63 @@ def load_trained_actor(workdir: pathlib.Path):
     from poad_jax.methods import make_method
     from poad_jax.policy import ValueHead, merge_model, split_policy
 
+    if not workdir.is_dir():
+        raise ExportError(f"no run directory at {workdir}")
     config_path = workdir / "config.json"
     if not config_path.exists():
         raise ExportError(f"{workdir} is not a run directory (no config.json)")
-    config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
-    checkpointer = checkpoint_lib.RunCheckpointer(workdir)
-    if checkpointer.latest_step() is None:
+    try:
+        config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
+    except json.JSONDecodeError as error:
+        raise ExportError(f"{config_path} is unreadable: {error}") from None
+    if not checkpoint_lib.checkpoint_steps(workdir):
         raise ExportError(f"{workdir} has no checkpoint yet")
-    model, tokenizer = train.load_model(config)
+    try:
+        model, tokenizer = train.load_model(config)
+    except train.TrainError as error:
+        raise ExportError(str(error)) from None
     head = ValueHead(model.config.hidden_size, tuple(config.critic.hidden_sizes), rngs=nnx.Rngs(0))
     graph, frozen, params = split_policy(model, head)
     if config.critic.kind == "lora":
         params["critic_lora"] = train._fresh_critic_lora(model, int(config.seed))
     make_method(config.method, float(config.ppo.gamma))
     state = init_train_state(params, train.learner_config(config), __import__("jax").random.key(0))
-    state, _ = checkpointer.restore(state)
-    checkpointer.close()
+    checkpointer = checkpoint_lib.RunCheckpointer(workdir, create=False)  # reads only: writes nothing
+    try:
+        state, _, _ = checkpointer.restore_newest_intact(state, warn=lambda line: print(line, file=sys.stderr))
+    except checkpoint_lib.NoIntactCheckpointError as error:
+        raise ExportError(str(error)) from None
+    finally:
+        checkpointer.close()
     return config, merge_model(graph, frozen, state.params["actor"]), tokenizer, state
+
+
+def check_out_dir(out: pathlib.Path) -> None:
+    """Raises ExportError unless `out` is a directory or can become one (checked before the slow load)."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} is a file; give a directory for the adapter files")
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ExportError(f"cannot create --out {out}: {existing} is a file")
 
 
 def export_peft(workdir: str | pathlib.Path, out: str | pathlib.Path) -> pathlib.Path:
     from safetensors.numpy import save_file
 
     workdir, out = pathlib.Path(workdir), pathlib.Path(out)
+    check_out_dir(out)
     config, model, _, _ = load_trained_actor(workdir)
     layers = model.layers
     lora_a = {name: np.asarray(value[...]) for name, value in layers.lora_a.items()}
     lora_b = {name: np.asarray(value[...]) for name, value in layers.lora_b.items()}
     if not lora_a:
         raise ExportError("the run's model has no LoRA adapters")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ExportError(f"cannot create --out {out}: {error.strerror or error}") from None
     save_file(peft_tensors(lora_a, lora_b), str(out / "adapter_model.safetensors"))
     lora = model.lora_config
     (out / "adapter_config.json").write_text(

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import pathlib
 from typing import Any, Iterable
 
+EPISODE_WINDOW = 10  # episodes in the curves' rolling mean
 CURVES = (
-    ("episode_return", "return"),
-    ("success_rate", "success rate"),
+    ("episode_return", "episode return"),
+    ("success_rate", "episode success"),
+    ("step_reward_mean", "mean step reward (per update)"),
+    ("best_step_reward", "best successful step (e.g. AUC)"),
     ("policy_loss", "policy loss"),
     ("value_loss", "value loss"),
     ("entropy", "entropy"),
@@ -23,11 +27,22 @@ CURVES = (
 
 
 def _jsonable(value: Any) -> Any:
+    """A JSON value: integers stay integers (`update`, `env_steps`), other
+    numbers become floats, NaN and infinities become null."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
     try:
         value = float(value)
     except (TypeError, ValueError):
         return value
     return None if math.isnan(value) or math.isinf(value) else value
+
+
+def jsonable_record(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` as `metrics.jsonl` stores it (see `_jsonable`)."""
+    return {key: _jsonable(value) for key, value in record.items()}
 
 
 class MetricsLogger:
@@ -47,13 +62,22 @@ class MetricsLogger:
         records = read_metrics(self.path)
         kept = [r for r in records if r.get("update", 0) <= update]
         if len(kept) != len(records):
-            with open(self.path, "w") as f:
-                for record in kept:
-                    f.write(json.dumps(record) + "\n")
+            self.replace(kept)
         return kept
 
-    def log(self, record: dict[str, Any]) -> None:
-        record = {key: _jsonable(value) for key, value in record.items()}
+    def replace(self, records: list[dict[str, Any]]) -> None:
+        """Rewrites `metrics.jsonl` to hold exactly `records` (atomically: a kill
+        leaves the old file or the new one)."""
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        with open(temporary, "w") as f:
+            for record in records:
+                f.write(json.dumps(jsonable_record(record)) + "\n")
+            f.flush()
+        temporary.replace(self.path)
+
+    def log(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Appends `record`; returns it as stored (JSON types, NaN as null)."""
+        record = jsonable_record(record)
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
@@ -63,6 +87,7 @@ class MetricsLogger:
                 if isinstance(value, float) and key not in ("update", "env_steps"):
                     self.writer.add_scalar(key, value, step)
             self.writer.flush()
+        return record
 
     def close(self) -> None:
         if self.writer is not None:
@@ -84,8 +109,36 @@ def read_metrics(path: str | pathlib.Path) -> list[dict[str, Any]]:
     return records
 
 
-def plot_curves(records: list[dict[str, Any]], path: str | pathlib.Path) -> pathlib.Path | None:
-    """Writes return, success and loss curves against env steps to `path` (PNG)."""
+def rolling_mean(values: list[float], window: int) -> list[float]:
+    """Mean of each value and up to `window - 1` values before it."""
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def episode_points(episodes: dict[str, list]) -> list[tuple[int, float, float]]:
+    """(env step at the end, return, success) of each finished episode whose end is known."""
+    return [
+        (int(s), float(r), float(ok))
+        for s, r, ok in zip(episodes.get("finished_env_steps", []), episodes.get("finished_returns", []),
+                            episodes.get("finished_success", []))
+        if s is not None and s >= 0
+    ]
+
+
+def plot_curves(records: list[dict[str, Any]], path: str | pathlib.Path,
+                episodes: dict[str, list] | None = None, window: int = EPISODE_WINDOW) -> pathlib.Path | None:
+    """Writes the run's curves against env steps to `path` (PNG).
+
+    Return and success rate: one point per finished episode (from
+    `episodes`, an `EpisodeStats.state_dict()`) with a rolling mean over
+    `window` episodes, so a short run is a readable picture; the other
+    panels: one point per update.
+    """
     if not records:
         return None
     import matplotlib
@@ -93,13 +146,24 @@ def plot_curves(records: list[dict[str, Any]], path: str | pathlib.Path) -> path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
+    fig, axes = plt.subplots(2, 4, figsize=(17, 6.5))
     steps = [r.get("env_steps", 0) for r in records]
+    points = episode_points(episodes or {})
     for ax, (key, title) in zip(axes.flat, CURVES):
-        points = [(s, r.get(key)) for s, r in zip(steps, records) if r.get(key) is not None]
-        if points:
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o", markersize=3)
+        if key in ("episode_return", "success_rate") and episodes is not None:
+            if points:
+                xs = [p[0] for p in points]
+                ys = [p[1] if key == "episode_return" else p[2] for p in points]
+                ax.plot(xs, ys, "o", markersize=4, alpha=0.5, label="episode")
+                ax.plot(xs, rolling_mean(ys, window), "-", label=f"mean of last {window}")
+                ax.legend(loc="best", fontsize=8)
+            else:
+                ax.text(0.5, 0.5, "no episode finished yet", ha="center", va="center", transform=ax.transAxes)
+        else:
+            pairs = [(s, r.get(key)) for s, r in zip(steps, records) if r.get(key) is not None]
+            if pairs:
+                xs, ys = zip(*pairs)
+                ax.plot(xs, ys, marker="o", markersize=4)
         ax.set_title(title)
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
@@ -108,6 +172,37 @@ def plot_curves(records: list[dict[str, Any]], path: str | pathlib.Path) -> path
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _number(value: Any, digits: int = 3) -> str:
+    return f"{value:.{digits}f}"
+
+
+def progress_postfix(episodes: dict[str, Any], approx_kl: float | None = None, window: int = 100) -> dict[str, str]:
+    """What the progress bar shows after the bar's count, from an `EpisodeStats.state_dict()`.
+
+    Never a NaN: before the first episode ends it shows what happened so far
+    (`ok`: steps that succeeded out of all, e.g. programs that ran;
+    `best`: the best successful step's reward, e.g. the best AUC; `r/step`:
+    mean step reward); returns and success appear once an episode ended.
+    """
+    postfix: dict[str, str] = {}
+    returns = episodes.get("finished_returns", [])[-window:]
+    success = episodes.get("finished_success", [])[-window:]
+    steps = int(episodes.get("steps", 0))
+    postfix["episodes"] = str(len(episodes.get("finished_returns", [])))
+    if returns:
+        postfix["ret"] = _number(sum(returns) / len(returns))
+        postfix["success"] = f"{sum(success) / len(success):.2f}"
+    postfix["ok"] = f"{int(episodes.get('succeeded_steps', 0))}/{steps}"
+    best = episodes.get("best_success_reward")
+    if best is not None:
+        postfix["best"] = _number(best)
+    if steps:
+        postfix["r/step"] = _number(float(episodes.get("reward_sum", 0.0)) / steps)
+    if approx_kl is not None and math.isfinite(approx_kl):
+        postfix["kl"] = f"{approx_kl:.3g}"
+    return postfix
 
 
 def summary_table(records: list[dict[str, Any]], keys: Iterable[str] = (
@@ -128,3 +223,40 @@ def summary_table(records: list[dict[str, Any]], keys: Iterable[str] = (
 
         lines.append(f"{key:<22}{fmt(first.get(key)):>16}{fmt(last.get(key)):>16}")
     return "\n".join(lines)
+
+
+def run_summary_lines(records: list[dict[str, Any]], episodes: dict[str, Any], total_env_steps: int,
+                      unit: str = "steps", succeeded: str = "succeeded") -> list[str]:
+    """What the run achieved, in words, from its records and `EpisodeStats.state_dict()`.
+
+    `unit` and `succeeded` name a step and its success for the environment
+    ("programs", "ran" for DataSciCoding).
+    """
+    if not records:
+        return ["no PPO update finished."]
+    last = records[-1]
+    env_steps = int(last.get("env_steps", 0))
+    where = "the run is complete" if env_steps >= total_env_steps else f"stopped early; total_env_steps is {total_env_steps}"
+    lines = [f"{int(last.get('update', len(records)))} PPO updates over {env_steps} env steps ({where})."]
+    returns = list(episodes.get("finished_returns", []))
+    success = list(episodes.get("finished_success", []))
+    if returns:
+        recent = returns[-EPISODE_WINDOW:]
+        lines.append(
+            f"{len(returns)} episodes finished: mean return {sum(returns) / len(returns):.3f} "
+            f"(last {len(recent)}: {sum(recent) / len(recent):.3f}), {sum(success)} of {len(success)} succeeded."
+        )
+    else:
+        lines.append(f"no episode finished within {env_steps} env steps; a longer run (--config.total_env_steps) lets episodes end.")
+    steps = int(episodes.get("steps", 0))
+    ok = int(episodes.get("succeeded_steps", 0))
+    if steps:
+        text = f"{ok} of {steps} {unit} {succeeded}; mean step reward {float(episodes.get('reward_sum', 0.0)) / steps:.3f}"
+        best = episodes.get("best_success_reward")
+        if best is not None:
+            text += f"; best {best:.4f}"
+        kinds = sorted(episodes.get("failure_kinds", {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        if kinds:
+            text += "; failures: " + ", ".join(f"{kind} {count}" for kind, count in kinds[:4])
+        lines.append(text + ".")
+    return lines

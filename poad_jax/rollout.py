@@ -64,11 +64,86 @@ class StepRecord:
 
 @dataclasses.dataclass
 class EpisodeStats:
-    """Per-thread running episode return, and finished-episode history."""
+    """Per-thread running episode return, finished-episode history, and step counters.
+
+    The step counters say what happened before any episode ends (a
+    DataSciCoding episode lasts up to 5 attempts): `steps` env steps,
+    `succeeded_steps` of them with `info["success"]` (programs that ran),
+    `reward_sum` of their rewards, `best_success_reward` the best reward of
+    a successful step (the best AUC), and `failure_kinds` how often each
+    kind of failure (the error's exception name) occurred.
+    """
 
     running_return: list[float]
     finished_returns: list[float] = dataclasses.field(default_factory=list)
     finished_success: list[bool] = dataclasses.field(default_factory=list)
+    finished_env_steps: list[int] = dataclasses.field(default_factory=list)
+    steps: int = 0
+    succeeded_steps: int = 0
+    reward_sum: float = 0.0
+    best_success_reward: float | None = None
+    failure_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def record_step(self, thread: int, reward: float, done: bool, info: dict[str, Any], env_steps: int) -> None:
+        """Adds one env step of `thread` (`env_steps`: the run's count once this step is done)."""
+        self.steps += 1
+        self.reward_sum += reward
+        self.running_return[thread] += reward
+        if info.get("success", False):
+            self.succeeded_steps += 1
+            if self.best_success_reward is None or reward > self.best_success_reward:
+                self.best_success_reward = reward
+        elif info.get("error"):
+            kind = failure_kind(str(info["error"]))
+            self.failure_kinds[kind] = self.failure_kinds.get(kind, 0) + 1
+        if done:
+            self.finished_returns.append(self.running_return[thread])
+            self.finished_success.append(bool(info.get("success", False)))
+            self.finished_env_steps.append(int(env_steps))
+            self.running_return[thread] = 0.0
+
+    def counters(self) -> tuple[int, int, float]:
+        """(steps, succeeded_steps, reward_sum): a snapshot for `step_summary`."""
+        return self.steps, self.succeeded_steps, self.reward_sum
+
+    def state_dict(self) -> dict[str, Any]:
+        """The history a resumed run needs (JSON-able; running returns restart with the episodes)."""
+        return {
+            "finished_returns": list(self.finished_returns),
+            "finished_success": list(self.finished_success),
+            "finished_env_steps": list(self.finished_env_steps),
+            "steps": self.steps,
+            "succeeded_steps": self.succeeded_steps,
+            "reward_sum": self.reward_sum,
+            "best_success_reward": self.best_success_reward,
+            "failure_kinds": dict(self.failure_kinds),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores `state_dict()`; fields absent from older checkpoints keep their defaults."""
+        self.finished_returns = list(state.get("finished_returns", []))
+        self.finished_success = list(state.get("finished_success", []))
+        # Older checkpoints did not record where episodes ended: unknown (-1).
+        self.finished_env_steps = list(state.get("finished_env_steps", [-1] * len(self.finished_returns)))
+        self.steps = int(state.get("steps", 0))
+        self.succeeded_steps = int(state.get("succeeded_steps", 0))
+        self.reward_sum = float(state.get("reward_sum", 0.0))
+        self.best_success_reward = state.get("best_success_reward")
+        self.failure_kinds = dict(state.get("failure_kinds", {}))
+        self.running_return = [0.0] * len(self.running_return)
+
+
+def failure_kind(error: str) -> str:
+    """The exception name an error message reports ("NameError", "TimeoutError"), else "other".
+
+    Looks for the last line of the form `SomethingError: ...` (a traceback's
+    verdict), so a retry prompt can be summarised as counts of kinds.
+    """
+    for line in reversed(error.strip().splitlines()):
+        head = line.split(":", 1)[0].strip().split(".")[-1]
+        if head.isidentifier() and (head.endswith("Error") or head.endswith("Exception") or head == "KeyboardInterrupt"):
+            return head
+    return "other"
 
 
 class PromptRenderer:
@@ -177,12 +252,14 @@ class RolloutCollector:
             return record.candidate_texts[record.chosen]
         return self.tokenizer.decode(record.action_tokens, skip_special_tokens=True)
 
-    def collect(self, model, rng: jax.Array, on_step=None) -> tuple[list[list[StepRecord]], list[list[int]]]:
+    def collect(self, model, rng: jax.Array, on_step=None, on_results=None) -> tuple[list[list[StepRecord]], list[list[int]]]:
         """Runs `rollout_length` steps of every thread.
 
-        `on_step(num_new_env_steps)` is called after each vector step (progress
-        bars).  Returns records[t][b] and the prompts of each thread's next
-        observation.
+        After each vector step, `on_results(results, first_env_step)` sees the
+        env's StepResults (thread b's step is env step `first_env_step + b + 1`;
+        the trainer keeps the best program from them) and
+        `on_step(num_new_env_steps)` is called (progress bars).  Returns
+        records[t][b] and the prompts of each thread's next observation.
         """
         steps = []
         for _ in range(self.config.rollout_length):
@@ -197,14 +274,13 @@ class RolloutCollector:
             for b, (record, result) in enumerate(zip(records, results)):
                 record.reward = float(result.reward)
                 record.done = bool(result.done)
-                self.stats.running_return[b] += record.reward
-                if result.done:
-                    self.stats.finished_returns.append(self.stats.running_return[b])
-                    self.stats.finished_success.append(bool(result.info.get("success", False)))
-                    self.stats.running_return[b] = 0.0
+                self.stats.record_step(b, record.reward, record.done, result.info, self.env_steps + b + 1)
             self.observations = [result.observation for result in results]
+            first_step = self.env_steps
             self.env_steps += len(records)
             steps.append(records)
+            if on_results is not None:
+                on_results(results, first_step)
             if on_step is not None:
                 on_step(len(records))
         next_prompts = [self.render(obs) for obs in self.observations]
@@ -371,11 +447,24 @@ def episode_summary(stats: EpisodeStats, since: int, window: int = 100) -> dict[
         return float(np.mean(values)) if len(values) else float("nan")
 
     return {
-        "episodes": float(len(stats.finished_returns)),
+        "episodes": len(stats.finished_returns),
         "episode_return": mean(stats.finished_returns[since:]),
         "success_rate": mean(stats.finished_success[since:]),
         f"episode_return_last{window}": mean(stats.finished_returns[-window:]),
         f"success_rate_last{window}": mean(stats.finished_success[-window:]),
+    }
+
+
+def step_summary(stats: EpisodeStats, before: tuple[int, int, float]) -> dict[str, Any]:
+    """What the env steps since `before = stats.counters()` did: how many, how
+    many succeeded (DataSciCoding: programs that ran), their mean reward, and
+    the best successful step's reward so far (None before the first success)."""
+    steps, succeeded, reward_sum = (now - then for now, then in zip(stats.counters(), before))
+    return {
+        "steps_succeeded": int(succeeded),
+        "step_reward_mean": float(reward_sum / steps) if steps else float("nan"),
+        "steps_succeeded_total": stats.succeeded_steps,
+        "best_step_reward": stats.best_success_reward,
     }
 
 

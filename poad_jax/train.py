@@ -6,16 +6,32 @@ compiled PPO update per rollout (`learner.py`), Orbax checkpoints after every
 `--workdir` resumes from the latest checkpoint.
 
 Writes to the workdir: `config.json`, `metrics.jsonl`, `tensorboard/`,
-`curves.png`, `checkpoints/`.
+`curves.png`, `checkpoints/`; DataSciCoding runs also `best_program.py` and
+`best_program.json` (`best_program.py`); when the run has reached
+`total_env_steps`, `finished.json` (a marker a study runner can test).
+
+The run directory's `config.json` is its identity: a re-run that changes
+what the checkpoints mean (method, environment, model, LoRA, critic,
+threads, ...) is refused with one line naming the fields; the fields in
+`SAFE_TO_CHANGE` (run length, checkpointing, logging, remat, the mesh) may
+change and are recorded in `config_changes.jsonl`.  Nothing is written to
+the run directory before the configuration, the directory, the model and
+the environment have been checked.  Every user mistake ends in one line on
+stderr and exit status 2; Ctrl-C ends in one line and status 130.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import difflib
+import json
+import os
 import pathlib
 import resource
+import shutil
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -26,6 +42,7 @@ import numpy as np
 from flax import nnx
 
 import envs_py
+from poad_jax import best_program as best_lib
 from poad_jax import checkpoint as checkpoint_lib
 from poad_jax import logging as run_logging
 from poad_jax.learner import LearnerConfig, init_train_state, make_update_fn
@@ -40,6 +57,7 @@ from poad_jax.rollout import (
     make_token_batch,
     merged_actor,
     pack_batch,
+    step_summary,
 )
 from poad_jax.sampling import Sampler, SamplingConfig
 
@@ -97,6 +115,143 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise TrainError(
             f"unknown environment {config.env.name!r}; known: {', '.join(envs_py.registry())}"
         )
+    if config.env.vector_mode not in ("inline", "threads", "processes"):
+        raise TrainError(f"env.vector_mode must be inline, threads or processes, got {config.env.vector_mode!r}")
+    _check_ranges(config)
+
+
+# (field, lowest allowed, whether the bound itself is allowed, why it matters)
+_RANGES = (
+    ("sampling.max_new_tokens", 1, True, "an action needs at least one token"),
+    ("sampling.top_k", 0, True, "0 turns top-k off"),
+    ("max_prompt_tokens", 1, True, ""),
+    ("lora.rank", 1, True, "the adapter is what training changes"),
+    ("lora.alpha", 0, False, ""),
+    ("ppo.clip_eps", 0, False, "PPO's ratio clip; 0 would stop all learning"),
+    ("ppo.value_clip_eps", 0, False, ""),
+    ("ppo.epochs", 1, True, "0 epochs would train nothing"),
+    ("ppo.actor_lr", 0, True, "a negative rate would ascend the loss"),
+    ("ppo.critic_lr", 0, True, "a negative rate would ascend the loss"),
+    ("ppo.vf_coef", 0, True, ""),
+    ("ppo.max_grad_norm", 0, False, ""),
+    ("ppo.target_kl", 0, False, ""),
+    ("ppo.adam_eps", 0, False, ""),
+    ("critic.target_update_every", 0, True, "0 turns the target critic off"),
+    ("checkpoint_every", 1, True, "updates between checkpoints"),
+    ("keep_checkpoints", 1, True, "a run without a checkpoint can be neither resumed nor exported"),
+)
+
+
+def _field(config: ml_collections.ConfigDict, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def _check_ranges(config: ml_collections.ConfigDict) -> None:
+    """Raises TrainError for a numeric field outside its range (one line, with the reason)."""
+    for name, low, inclusive, why in _RANGES:
+        value = _field(config, name)
+        if inclusive and value >= low or not inclusive and value > low:
+            continue
+        bound = f">= {low}" if inclusive else f"> {low}"
+        raise TrainError(f"{name} must be {bound}, got {value}" + (f" ({why})" if why else ""))
+    if not 0.0 < config.sampling.top_p <= 1.0:
+        raise TrainError(f"sampling.top_p must be in (0, 1], got {config.sampling.top_p}")
+    if not config.lora.targets:
+        raise TrainError("lora.targets must name at least one projection, e.g. ('q_proj', 'v_proj')")
+
+
+# Fields a re-run may change without changing what the checkpoints mean.
+# A dotted name covers its whole sub-tree ("mesh" covers "mesh.data", ...).
+SAFE_TO_CHANGE = ("total_env_steps", "checkpoint_every", "keep_checkpoints", "tensorboard", "plot", "name",
+                  "env.vector_mode", "remat", "mesh")
+CONFIG_FILE = "config.json"
+CHANGES_FILE = "config_changes.jsonl"
+FINISHED_FILE = "finished.json"
+
+
+def config_as_json(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """The config as `config.json` stores it (tuples become lists)."""
+    return json.loads(config.to_json_best_effort())
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"ppo.actor_lr": 1e-6, ...}: the leaves of a nested dict by dotted name."""
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _is_safe(name: str) -> bool:
+    return any(name == safe or name.startswith(safe + ".") for safe in SAFE_TO_CHANGE)
+
+
+def config_differences(stored: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], dict[str, list]]:
+    """(names of changed fields that change what the checkpoints mean, {safe name: [old, new]}).
+
+    A field absent from the stored config (added to the code since) counts
+    as safe: its default describes the old run.
+    """
+    old_flat, new_flat = flatten(stored), flatten(new)
+    refused, safe = [], {}
+    for name in sorted(set(old_flat) | set(new_flat)):
+        old, value = old_flat.get(name, None), new_flat.get(name, None)
+        if old == value:
+            continue
+        if _is_safe(name) or name not in old_flat or name not in new_flat:
+            safe[name] = [old, value]
+        else:
+            refused.append(name)
+    return refused, safe
+
+
+def describe_refusal(workdir: pathlib.Path, stored: dict[str, Any], new: dict[str, Any], refused: list[str]) -> str:
+    """One line: which fields differ from the run directory's config, old -> new."""
+    old_flat, new_flat = flatten(stored), flatten(new)
+    shown = ", ".join(f"{name} {old_flat.get(name)!r} -> {new_flat.get(name)!r}" for name in refused[:6])
+    more = f" and {len(refused) - 6} more" if len(refused) > 6 else ""
+    return (
+        f"{workdir} holds a run with a different configuration ({shown}{more}); resuming would misuse "
+        f"its checkpoints: set them back, or use a new --workdir"
+    )
+
+
+def check_workdir(workdir: pathlib.Path) -> None:
+    """Raises TrainError unless `workdir` is (or can become) a writable directory; writes nothing."""
+    if workdir.exists() and not workdir.is_dir():
+        raise TrainError(f"--workdir {workdir} is a file, not a directory")
+    existing = workdir
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise TrainError(f"cannot create --workdir {workdir}: {existing} is a file")
+    try:  # root passes os.access everywhere; only a real write tells
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        place = "write to" if existing == workdir else f"create it under {existing}:"
+        raise TrainError(f"cannot use --workdir {workdir}: cannot {place} {error.strerror or error}") from None
+
+
+def check_cache_dir() -> pathlib.Path:
+    """The cache root (`$POAD_CACHE`, else ~/.cache/poad_jax), created; TrainError if unusable."""
+    configured = os.environ.get("POAD_CACHE")
+    root = pathlib.Path(configured) if configured else pathlib.Path.home() / ".cache" / "poad_jax"
+    what = f"POAD_CACHE={root}" if configured else f"the cache directory {root} (set POAD_CACHE to choose another)"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as error:
+        raise TrainError(f"{what} is not a writable directory: {error.strerror or error}") from None
+    return root
 
 
 def learner_config(config: ml_collections.ConfigDict) -> LearnerConfig:
@@ -154,11 +309,18 @@ def load_model(config: ml_collections.ConfigDict):
 
         return tiny_random_model(seed=int(config.seed), lora=lora, dtype=dtype, **options)
     from poad_jax.models import ModelLoadError, load
+    from poad_jax.models.loading import EMBEDDED_MODELS
 
+    if config.model not in EMBEDDED_MODELS and not pathlib.Path(str(config.model)).expanduser().exists():
+        names = ", ".join([*EMBEDDED_MODELS, "tiny-random"])
+        raise TrainError(f"no such model path or name: {config.model} (names: {names}; "
+                         "or a Hugging Face directory or a .gguf file)")
     try:
         return load(config.model, dtype=dtype, lora=lora, **options)
     except ModelLoadError as error:
         raise TrainError(str(error)) from None
+    except OSError as error:  # the cache or the model files cannot be read or written
+        raise TrainError(f"cannot load model {config.model}: {best_lib.one_line(error)}") from None
 
 
 def load_config_file(path: str | pathlib.Path) -> ml_collections.ConfigDict:
@@ -188,6 +350,9 @@ class RunResult:
     workdir: pathlib.Path
     records: list[dict[str, Any]]
     state: Any
+    episodes: dict[str, Any] = dataclasses.field(default_factory=dict)  # EpisodeStats.state_dict()
+    best: best_lib.BestProgram | None = None
+    finished: bool = False
 
 
 def _fresh_critic_lora(model, seed: int):
@@ -205,34 +370,123 @@ def _fresh_critic_lora(model, seed: int):
     return jax.tree.unflatten(treedef, fresh)
 
 
+def read_stored_config(workdir: pathlib.Path) -> dict[str, Any] | None:
+    """The run directory's `config.json`, or None; TrainError if it is unreadable."""
+    path = workdir / CONFIG_FILE
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise TrainError(f"{path} is unreadable ({best_lib.one_line(error)}); use a new --workdir") from None
+
+
+def build_envs(config: ml_collections.ConfigDict) -> envs_py.VectorEnv:
+    """The run's vector env; TrainError (one line) for anything the user can fix (kwargs, data files)."""
+    try:
+        return envs_py.VectorEnv(
+            config.env.name, int(config.num_threads), seed=int(config.seed),
+            mode=str(config.env.vector_mode), **dict(config.env.kwargs),
+        )
+    except Exception as error:  # construction runs user-chosen kwargs and data files: say what failed
+        raise TrainError(f"cannot build environment {config.env.name!r}: {best_lib.one_line(error)}") from None
+
+
+def prepare_workdir(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> dict[str, list]:
+    """Checks that `config` may run in `workdir`, writing nothing; returns the safe changes.
+
+    A directory with checkpoints keeps its identity: changed fields outside
+    SAFE_TO_CHANGE raise TrainError naming them.  A directory without a
+    checkpoint holds no state that a different config could misread.
+    """
+    check_workdir(workdir)
+    stored = read_stored_config(workdir) if workdir.is_dir() else None
+    if stored is None or not checkpoint_lib.checkpoint_steps(workdir):
+        return {}
+    new = config_as_json(config)
+    refused, safe = config_differences(stored, new)
+    if refused:
+        raise TrainError(describe_refusal(workdir, stored, new, refused))
+    return safe
+
+
+def write_config(workdir: pathlib.Path, config: ml_collections.ConfigDict, changes: dict[str, list]) -> None:
+    """Writes `config.json` (atomically) and appends safe changes to `config_changes.jsonl`."""
+    if changes:
+        entry = {"time": datetime.datetime.now().isoformat(timespec="seconds"), "changes": changes}
+        with open(workdir / CHANGES_FILE, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+    best_lib.write_atomically(workdir / CONFIG_FILE, config.to_json_best_effort(indent=2) + "\n")
+
+
+def clear_stale_outputs(workdir: pathlib.Path) -> None:
+    """Removes a checkpoint-less directory's outputs of another configuration."""
+    for name in ("metrics.jsonl", best_lib.RECORD_FILE, best_lib.PROGRAM_FILE, FINISHED_FILE, "curves.png"):
+        (workdir / name).unlink(missing_ok=True)
+
+
+def checkpoint_meta(update: int, collector: RolloutCollector, envs, rollout_rng, records) -> dict[str, Any]:
+    """Everything besides the train state that a resumed run needs, metric history included."""
+    return {
+        "update": update,
+        "env_steps": collector.env_steps,
+        "episode_counters": envs.episode_counters,
+        "episodes": collector.stats.state_dict(),
+        "numpy_rng": checkpoint_lib.numpy_rng_state(collector.np_rng),
+        "rollout_rng": np.asarray(jax.random.key_data(rollout_rng)).tolist(),
+        "metrics": records,
+    }
+
+
+def write_finished_marker(workdir: pathlib.Path, record: dict[str, Any], total: int) -> None:
+    """`finished.json`: the run reached `total_env_steps` and its last checkpoint is committed."""
+    marker = {"update": record["update"], "env_steps": record["env_steps"], "total_env_steps": total,
+              "time": datetime.datetime.now().isoformat(timespec="seconds")}
+    best_lib.write_atomically(workdir / FINISHED_FILE, json.dumps(marker) + "\n")
+
+
 def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None, show_progress: bool = True,
         max_updates: int | None = None) -> RunResult:
     """Trains (or resumes) the run described by `config` in `workdir`.
 
     `max_updates` stops after that many updates in this call (tests use it
-    to interrupt a run).
+    to interrupt a run).  Raises TrainError for user mistakes, before
+    anything is written to `workdir`.
     """
     validate_config(config)
     workdir = pathlib.Path(workdir) if workdir else default_workdir(config)
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
+    changes = prepare_workdir(workdir, config)
 
     method = make_method(config.method, float(config.ppo.gamma), None if config.gamma_w < 0 else float(config.gamma_w))
     lconfig = learner_config(config)
     model, tokenizer = load_model(config)
+    envs = build_envs(config)
+    created = not workdir.exists()
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        has_checkpoint = bool(checkpoint_lib.checkpoint_steps(workdir))
+        if not has_checkpoint:
+            stored = read_stored_config(workdir)
+            if stored is not None and config_differences(stored, config_as_json(config))[0]:
+                clear_stale_outputs(workdir)
+        write_config(workdir, config, changes)
+        return _train(config, workdir, method, lconfig, model, tokenizer, envs, show_progress, max_updates)
+    except BaseException:
+        # A start that failed (or was interrupted) before anything worth keeping leaves no directory.
+        if created and not checkpoint_lib.checkpoint_steps(workdir) and not (workdir / best_lib.RECORD_FILE).exists():
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    finally:
+        envs.close()
+
+
+def _train(config, workdir, method, lconfig, model, tokenizer, envs, show_progress, max_updates) -> RunResult:
     head = ValueHead(model.config.hidden_size, tuple(config.critic.hidden_sizes), rngs=nnx.Rngs(int(config.seed) + 1))
     graph, frozen, params = split_policy(model, head)
     if config.critic.kind == "lora":
         params["critic_lora"] = _fresh_critic_lora(model, int(config.seed))
     del model, head
 
-    try:
-        envs = envs_py.VectorEnv(
-            config.env.name, int(config.num_threads), seed=int(config.seed),
-            mode=str(config.env.vector_mode), **dict(config.env.kwargs),
-        )
-    except (TypeError, ValueError, FileNotFoundError) as error:
-        raise TrainError(f"cannot build environment {config.env.name!r}: {error}") from None
     rconfig = rollout_config(config, tuple(tokenizer.eos_token_ids))
     sampler = Sampler()
     collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
@@ -242,39 +496,58 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
 
     checkpointer = checkpoint_lib.RunCheckpointer(workdir, int(config.keep_checkpoints))
     logger = run_logging.MetricsLogger(workdir, tensorboard=bool(config.tensorboard))
+    keeper = best_lib.BestProgramKeeper(workdir, str(config.env.name), dict(config.env.kwargs))
     records: list[dict[str, Any]] = []
     rollout_rng = jax.random.key(int(config.seed) + 1)
-    if checkpointer.latest_step() is not None:
-        state, meta = checkpointer.restore(state)
-        collector.env_steps = int(meta["env_steps"])
-        collector.stats.finished_returns = list(meta["finished_returns"])
-        collector.stats.finished_success = list(meta["finished_success"])
-        checkpoint_lib.set_numpy_rng_state(collector.np_rng, meta["numpy_rng"])
-        rollout_rng = jax.random.wrap_key_data(jnp.asarray(meta["rollout_rng"], jnp.uint32))
-        collector.observations = envs.reset(meta["episode_counters"])
-        target_head = jax.tree.map(jnp.copy, state.params["head"])  # restarts from the current head
-        records = logger.truncate_after(int(meta["update"]))
-        if show_progress:
-            print(f"resuming {workdir} from update {meta['update']} ({collector.env_steps} env steps)")
-
     total = int(config.total_env_steps)
     progress = None
-    if show_progress:
-        from tqdm import tqdm
-
-        progress = tqdm(total=total, initial=min(collector.env_steps, total), unit="step", dynamic_ncols=True,
-                        desc=f"{config.method} {config.env.name}")
-    updates_this_call = 0
     try:
+        restored = checkpointer.restore_newest_intact(state, warn=lambda line: print(line, file=sys.stderr))
+        if restored is None:
+            logger.replace([])  # no checkpoint: updates logged by a killed start are redone
+        else:
+            state, meta, _ = restored
+            collector.env_steps = int(meta["env_steps"])
+            collector.stats.load_state_dict(meta.get("episodes", meta))
+            checkpoint_lib.set_numpy_rng_state(collector.np_rng, meta["numpy_rng"])
+            rollout_rng = jax.random.wrap_key_data(jnp.asarray(meta["rollout_rng"], jnp.uint32))
+            collector.observations = envs.reset(meta["episode_counters"])
+            target_head = jax.tree.map(jnp.copy, state.params["head"])  # restarts from the current head
+            if meta.get("metrics") is not None:  # the log agrees with the checkpoint, even if deleted
+                records = list(meta["metrics"])
+                logger.replace(records)
+            else:  # checkpoints written before the history was kept in them
+                records = logger.truncate_after(int(meta["update"]))
+            if show_progress:
+                print(f"resuming {workdir} from update {meta['update']} ({collector.env_steps} env steps)")
+        if collector.env_steps < total:
+            (workdir / FINISHED_FILE).unlink(missing_ok=True)
+
+        if show_progress:
+            from tqdm import tqdm
+
+            progress = tqdm(total=total, initial=min(collector.env_steps, total), unit="step", dynamic_ncols=True,
+                            desc=f"{config.method} {config.env.name}")
+        last_kl: float | None = None
+        updates_this_call = 0
         while collector.env_steps < total and (max_updates is None or updates_this_call < max_updates):
             before = dict(collector.timings)
             episodes_before = len(collector.stats.finished_returns)
+            counters_before = collector.stats.counters()
+            update_in_flight = int(state.update_step) + 1
             rollout_rng, collect_rng = jax.random.split(rollout_rng)
+
             def on_step(count):
                 if progress is not None:
                     progress.update(min(count, total - progress.n))
+                    progress.set_postfix(run_logging.progress_postfix(collector.stats.state_dict(), last_kl))
 
-            steps, next_prompts = collector.collect(merged_actor(graph, frozen, state.params), collect_rng, on_step)
+            def on_results(results, first_env_step):
+                keeper.offer(results, first_env_step, update_in_flight)
+
+            steps, next_prompts = collector.collect(
+                merged_actor(graph, frozen, state.params), collect_rng, on_step, on_results
+            )
             start = time.perf_counter()
             arrays, next_arrays = pack_batch(steps, next_prompts, method, rconfig, tokenizer.pad_token_id)
             value_head = target_head if config.critic.target_update_every > 0 else state.params["head"]
@@ -296,6 +569,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
                 "update": update,
                 "env_steps": collector.env_steps,
                 **episode_summary(collector.stats, since=episodes_before),
+                **step_summary(collector.stats, counters_before),
                 **{k: float(v) for k, v in metrics.items()},
                 "batch_prompt_len": int(batch.prompt_len),
                 "batch_action_len": int(batch.action_len),
@@ -307,74 +581,175 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
                 "seconds_learner": learner_seconds,
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
             }
-            records.append(record)
-            logger.log(record)
+            records.append(logger.log(record))
             updates_this_call += 1
             if update % int(config.checkpoint_every) == 0 or collector.env_steps >= total:
-                checkpointer.save(update, state, {
-                    "update": update,
-                    "env_steps": collector.env_steps,
-                    "episode_counters": envs.episode_counters,
-                    "finished_returns": collector.stats.finished_returns,
-                    "finished_success": collector.stats.finished_success,
-                    "numpy_rng": checkpoint_lib.numpy_rng_state(collector.np_rng),
-                    "rollout_rng": np.asarray(jax.random.key_data(rollout_rng)).tolist(),
-                })
+                checkpointer.save(update, state, checkpoint_meta(update, collector, envs, rollout_rng, records))
+            if collector.env_steps >= total:
+                write_finished_marker(workdir, records[-1], total)
+            last_kl = record["approx_kl"]
             if progress is not None:
-                progress.set_postfix(
-                    ret=f"{record['episode_return_last100']:.3f}", success=f"{record['success_rate_last100']:.2f}",
-                    kl=f"{record['approx_kl']:.3g}",
-                )
+                progress.set_postfix(run_logging.progress_postfix(collector.stats.state_dict(), last_kl))
     finally:
         if progress is not None:
             progress.close()
         logger.close()
         checkpointer.close()
-        envs.close()
+    episodes = collector.stats.state_dict()
     if config.plot and records:
-        run_logging.plot_curves(records, workdir / "curves.png")
-    return RunResult(workdir, records, state)
+        run_logging.plot_curves(records, workdir / "curves.png", episodes)
+    finished = bool(records) and records[-1]["env_steps"] >= total
+    return RunResult(workdir, records, state, episodes, keeper.best, finished)
 
 
-def enable_compilation_cache() -> None:
+def advice_lines(config: ml_collections.ConfigDict, episodes: dict[str, Any]) -> list[str]:
+    """What to try when the run achieved nothing (no step or episode succeeded)."""
+    steps, ok = int(episodes.get("steps", 0)), int(episodes.get("succeeded_steps", 0))
+    if not steps or ok or any(episodes.get("finished_success", [])):
+        return []
+    if str(config.env.name).startswith("datasci/"):
+        if "smollm2" in str(config.model).lower():
+            return [f"why: SmolLM2-135M rarely writes runnable scikit-learn code (0 of {steps} here); "
+                    "configs/datasci_qwen.py uses a code model (Qwen2.5-Coder-0.5B: 12 of 16 programs ran "
+                    "before training)."]
+        return ["try: read the failures above; more sampling.max_new_tokens if programs are cut off, "
+                "or a longer run (--config.total_env_steps)."]
+    return ["try: a longer run (--config.total_env_steps) or a larger learning rate (ppo.actor_lr)."]
+
+
+def summary_text(config: ml_collections.ConfigDict, result: RunResult) -> str:
+    """The end-of-run summary: the metric table, what the run achieved in words, the best program."""
+    datasci = str(config.env.name).startswith("datasci/") or result.best is not None  # an env with programs
+    unit = ("programs", "ran") if datasci else ("steps", "succeeded")
+    lines = [run_logging.summary_table(result.records), ""]
+    lines += run_logging.run_summary_lines(result.records, result.episodes, int(config.total_env_steps), *unit)
+    if datasci:
+        lines += best_lib.summary_lines(result.best, result.workdir)
+    lines += advice_lines(config, result.episodes)
+    return "\n".join(lines)
+
+
+def enable_compilation_cache(cache_root: pathlib.Path | None = None) -> None:
     """Persists XLA compilations across runs (a resumed or repeated run skips
     most compile time).  `$JAX_COMPILATION_CACHE_DIR` wins; the default is
-    `~/.cache/poad_jax/jax`."""
-    import os
-
+    `<cache root>/jax` (`$POAD_CACHE`, else ~/.cache/poad_jax; checked by
+    `check_cache_dir` when not given)."""
+    cache_root = check_cache_dir() if cache_root is None else cache_root
     if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        cache = pathlib.Path(os.environ.get("POAD_CACHE", pathlib.Path.home() / ".cache" / "poad_jax")) / "jax"
-        jax.config.update("jax_compilation_cache_dir", str(cache))
+        jax.config.update("jax_compilation_cache_dir", str(cache_root / "jax"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
-def main(argv) -> None:
-    from absl import flags
+USER_ERRORS = (TrainError, UnknownMethodError, envs_py.UnknownEnvError, checkpoint_lib.NoIntactCheckpointError,
+               best_lib.BestProgramError)
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+
+
+def fail(message: str) -> None:
+    """Prints `error: <message>` as one line on stderr and exits with status 2."""
+    print(f"error: {best_lib.one_line(message)}", file=sys.stderr)
+    sys.exit(EXIT_USER_ERROR)
+
+
+def interrupted_line(workdir: pathlib.Path) -> str:
+    """The one line a Ctrl-C prints: where a re-run resumes."""
+    steps = checkpoint_lib.checkpoint_steps(workdir)
+    if steps:
+        return f"interrupted: {workdir} resumes from update {steps[-1]} when you re-run the same command"
+    return "interrupted before the first checkpoint; re-running the same command starts the run again"
+
+
+def main(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> int:
+    """Runs the training command; returns the exit status (0, 2 for a user mistake, 130 for Ctrl-C)."""
     from absl import logging as absl_logging
 
-    del argv
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
-    enable_compilation_cache()
-    config = flags.FLAGS.config
-    workdir = flags.FLAGS.workdir or None
     try:
+        enable_compilation_cache(check_cache_dir())
         result = run(config, workdir)
-    except (TrainError, UnknownMethodError, envs_py.UnknownEnvError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    except USER_ERRORS as error:
+        print(f"error: {best_lib.one_line(error)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        checkpoint_lib.remove_unfinished_saves(workdir / "checkpoints")
+        print(f"\n{interrupted_line(workdir)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print()
-    print(run_logging.summary_table(result.records))
+    print(summary_text(config, result))
     print(f"\nrun directory: {result.workdir}")
+    return 0
 
 
-def cli() -> None:
-    from absl import app, flags
+# ---------------------------------------------------------------------------
+# Command line.
+
+
+def option_value(argv: list[str], name: str) -> str | None:
+    """The value of `--name=V` or `--name V` in argv (the last one wins), else None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+        elif arg == f"--{name}" and i + 1 < len(argv):
+            value = argv[i + 1]
+    return value
+
+
+def unknown_override(config: ml_collections.ConfigDict, argv: list[str]) -> str | None:
+    """One line for the first `--config.a.b=...` naming no field of `config` (with a close match), else None."""
+    for arg in argv:
+        if not arg.startswith("--config."):
+            continue
+        dotted = arg[len("--config."):].split("=", 1)[0]
+        node: Any = config
+        for depth, part in enumerate(dotted.split(".")):
+            keys = list(node.keys()) if isinstance(node, (ml_collections.ConfigDict, dict)) else []
+            if part not in keys:
+                where = ".".join(dotted.split(".")[:depth])
+                close = difflib.get_close_matches(part, keys, n=1)
+                hint = f"; did you mean {(where + '.') if where else ''}{close[0]}?" if close else ""
+                return f"unknown config field {dotted}{hint}"
+            node = node[part]
+    return None
+
+
+def parse_command_line(argv: list[str]) -> tuple[ml_collections.ConfigDict, pathlib.Path]:
+    """(config with overrides, workdir) from argv; exits with one line for any mistake."""
+    from absl import flags
     from ml_collections import config_flags
 
     config_flags.DEFINE_config_file("config", None, "Path to a config file, e.g. configs/datasci.py.", lock_config=True)
     flags.DEFINE_string("workdir", "", "Run directory (default runs/<config>-<method>-<timestamp>); re-use to resume.")
-    flags.mark_flags_as_required(["config"])
-    app.run(main)
+    path = option_value(argv[1:], "config")
+    if path is None:
+        fail("--config is required, e.g. --config=configs/datasci.py")
+    if pathlib.Path(path).is_file():
+        try:
+            base = load_config_file(path)
+        except Exception as error:  # the user's config file itself fails to run
+            fail(f"cannot load config file {path}: {type(error).__name__}: {error}")
+        problem = unknown_override(base, argv[1:])
+        if problem:
+            fail(problem)
+    elif ":" not in path:  # config_flags also accepts `file.py:argument`
+        fail(f"no config file at {path}")
+    try:
+        flags.FLAGS(argv)
+        config = flags.FLAGS.config
+    except flags.Error as error:
+        fail(str(error))
+    except Exception as error:  # config_flags surfaces override problems as KeyError/AttributeError/...
+        fail(f"{type(error).__name__}: {str(error).encode().decode('unicode_escape')}")
+    if config is None:
+        fail(f"cannot load config file {path}")
+    workdir = flags.FLAGS.workdir
+    return config, pathlib.Path(workdir) if workdir else default_workdir(config)
+
+
+def cli(argv: list[str] | None = None) -> None:
+    config, workdir = parse_command_line(list(sys.argv if argv is None else argv))
+    sys.exit(main(config, workdir))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from envs_py.base import Observation, StepAfterDoneError, StepResult
 from envs_py.datasci import prompts
 from envs_py.datasci.datasets import load_dataset
 from envs_py.datasci.extract import extract_program
-from envs_py.datasci.sandbox import SandboxLimits, evaluate_candidate, split_indices
+from envs_py.datasci.sandbox import CandidateResult, SandboxLimits, evaluate_candidate, split_indices
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_TIMEOUT_S = 30.0
@@ -78,8 +78,8 @@ class DataSciEnv:
             raise StepAfterDoneError("episode is done; call reset() first")
         self._attempts += 1
         program = extract_program(action)
-        result = evaluate_candidate(program, self.X, self.y, self.limits, self.splits)
-        info = {"success": result.success, "attempt": self._attempts, "program": program,
+        result = self.score_program(program)
+        info = {"success": result.success, "attempt": self._attempts, "program": program, "dataset": self.dataset,
                 "seconds": result.seconds, "network_isolated": result.network_isolated}
         if result.success:
             self._done = True
@@ -91,6 +91,12 @@ class DataSciEnv:
                                      error=result.error, error_chars=self.error_chars,
                                      code_chars=self.code_chars)
         return StepResult(Observation(retry), self.failure_reward, self._done, info)
+
+    def score_program(self, program: str) -> CandidateResult:
+        """Runs `program` (a full program defining build_model, as `info["program"]`
+        holds it) in the sandbox on this dataset's five splits; no episode state
+        changes.  Re-scores a kept best program exactly as training scored it."""
+        return evaluate_candidate(program, self.X, self.y, self.limits, self.splits)
 
     def close(self) -> None:
         """Nothing to release: each attempt's process is gone when step returns."""
