@@ -322,12 +322,17 @@ def test_probe_shows_an_unprivileged_candidate_in_its_own_namespaces(contained):
 
 def test_probe_problems_name_each_broken_guarantee():
     own = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in ("pid", "net", "mnt")}
-    facts = {"uid": 0, "host_uid": 0, "pid_ns": own["pid"], "net_ns": own["net"], "mnt_ns": "mnt:[1]",
-             "cap_eff": 1 << 21, "no_new_privs": "0", "etc_shadow_visible": True}
-    problems = " | ".join(sandbox.probe_problems(facts, trainer_is_root=True, expected_uid=65534))
+    facts = {"uid": 0, "uid_map": sandbox.IDENTITY_UID_MAP, "pid_ns": own["pid"], "net_ns": own["net"],
+             "mnt_ns": "mnt:[1]", "cap_eff": 1 << 21, "no_new_privs": "0", "etc_shadow_visible": True}
+    problems = " | ".join(sandbox.probe_problems(facts, trainer_uid=0, expected_uid=65534))
     for fragment in ("host uid 0", "pid namespace", "net namespace", "capabilities", "no_new_privs", "/etc/shadow"):
         assert fragment in problems
     assert "mnt namespace" not in problems
+    # A user namespace: its uids say nothing about the host, only who made it does.
+    in_userns = {**facts, "uid": 65534, "uid_map": [[65534, 0, 1]]}
+    assert "host uid None" in " ".join(sandbox.probe_problems(dict(in_userns), trainer_uid=0, expected_uid=65534))
+    assert sandbox.candidate_host_uid(in_userns, trainer_uid=1000) == 1000
+    assert sandbox.candidate_host_uid({"uid": 65534, "uid_map": sandbox.IDENTITY_UID_MAP}, trainer_uid=0) == 65534
 
 
 CTYPES_PRELUDE = (

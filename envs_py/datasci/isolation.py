@@ -73,14 +73,18 @@ def find_tool(name: str) -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def interpreter_prefixes(python: str) -> tuple[str, ...]:
-    """Returns the directories `python` needs at run time (its prefixes), as the interpreter reports them.
+    """Returns the directories `python` needs at run time, as the interpreter reports them.
 
-    Both the path as given and its real path are returned when they differ
-    (a venv's `bin/python` is a link into the base interpreter).  Raises
+    These are its prefixes (the venv and the Python it was made from) and any
+    `site-packages`/`dist-packages` directory on its `sys.path` (a `.pth`
+    file may point at one elsewhere); other `sys.path` entries, such as the
+    repository of an editable install, are left out.  Both the path as given
+    and its real path are returned when they differ.  Raises
     SandboxUnavailableError when the interpreter cannot be started.
     """
-    script = ("import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, "
-              "sys.exec_prefix, sys.base_exec_prefix]))")
+    script = ("import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, "
+              "sys.base_exec_prefix] + [p for p in sys.path if p.rstrip('/').endswith(('site-packages', "
+              "'dist-packages'))]))")
     try:
         out = subprocess.run([python, "-I", "-c", script], capture_output=True, text=True, timeout=60, check=True)
         prefixes = json.loads(out.stdout)

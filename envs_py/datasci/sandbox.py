@@ -465,21 +465,29 @@ def _status(name):
         if line.startswith(name + ":"):
             return line.split(":", 1)[1].strip()
 
-def _host_uid(uid):
-    for line in open("/proc/self/uid_map"):
-        inside, outside, count = (int(part) for part in line.split())
-        if inside <= uid < inside + count:
-            return outside + uid - inside
-    return None
-
 raise RuntimeError("{PROBE_TAG} " + json.dumps({{
-    "uid": os.getuid(), "host_uid": _host_uid(os.getuid()),
+    "uid": os.getuid(), "uid_map": [[int(n) for n in line.split()] for line in open("/proc/self/uid_map")],
     "pid_ns": os.readlink("/proc/self/ns/pid"), "net_ns": os.readlink("/proc/self/ns/net"),
     "mnt_ns": os.readlink("/proc/self/ns/mnt"),
     "cap_eff": int(_status("CapEff"), 16), "no_new_privs": _status("NoNewPrivs"),
     "etc_shadow_visible": os.path.exists("/etc/shadow"),
 }}))
 '''
+IDENTITY_UID_MAP = [[0, 0, 4294967295]]
+
+
+def candidate_host_uid(facts: dict, trainer_uid: int) -> int | None:
+    """Returns the candidate's uid on the host as far as it can be known, or None.
+
+    Without a user namespace (the identity map) its uid is the host uid.  In
+    a user namespace made by an unprivileged bwrap (not setuid), it is the
+    trainer's own uid: an unprivileged process cannot start anything as
+    another host user.  A user namespace under a root trainer is not
+    expected (bwrap runs privileged there) and gives None.
+    """
+    if facts.get("uid_map") == IDENTITY_UID_MAP:
+        return facts.get("uid")
+    return trainer_uid if trainer_uid != 0 else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -497,13 +505,17 @@ class SandboxStatus:
     facts: dict = dataclasses.field(default_factory=dict)
 
 
-def probe_problems(facts: dict, trainer_is_root: bool, expected_uid: int) -> list[str]:
-    """Returns what is wrong with the probe's `facts` compared with this process (empty: the sandbox holds)."""
+def probe_problems(facts: dict, trainer_uid: int, expected_uid: int) -> list[str]:
+    """Returns what is wrong with the probe's `facts` compared with this process (empty: the sandbox holds).
+
+    `facts` gets "host_uid" (`candidate_host_uid`) added.
+    """
     problems = []
-    if facts.get("host_uid") in (0, None):
-        problems.append(f"the candidate runs as host uid {facts.get('host_uid')}")
-    elif trainer_is_root and facts.get("host_uid") != expected_uid:
-        problems.append(f"the candidate runs as host uid {facts.get('host_uid')}, not {expected_uid}")
+    facts["host_uid"] = candidate_host_uid(facts, trainer_uid)
+    if facts["host_uid"] in (0, None) or facts.get("uid") == 0:
+        problems.append(f"the candidate runs as uid {facts.get('uid')} (host uid {facts['host_uid']})")
+    elif trainer_uid == 0 and facts["host_uid"] != expected_uid:
+        problems.append(f"the candidate runs as host uid {facts['host_uid']}, not {expected_uid}")
     for kind in ("pid", "net", "mnt"):
         if facts.get(f"{kind}_ns") == os.readlink(f"/proc/self/ns/{kind}"):
             problems.append(f"the candidate shares the trainer's {kind} namespace")
@@ -530,7 +542,7 @@ def run_probe(python: str = sys.executable, run_as_uid: int = NOBODY_UID) -> San
     if not result.error.startswith(marker):
         return SandboxStatus(False, f"the sandbox probe did not run: {result.error.strip()[:500]}")
     facts = json.loads(result.error[len(marker):])
-    problems = probe_problems(facts, os.geteuid() == 0, run_as_uid)
+    problems = probe_problems(facts, os.geteuid(), run_as_uid)
     return SandboxStatus(not problems, "; ".join(problems), facts)
 
 
