@@ -25,8 +25,9 @@ Each cell is an ordinary run directory of `poad_jax.train` (`<workdir>/cells/<ce
 run as its own process, so checkpoints, metrics and resume are the trainer's.
 Re-running the same command skips finished cells and resumes the others; a
 `kill -9` of the runner kills its trainers with it (they lose at most the
-update in flight).  Finished cells with identical settings in a sibling
-study's workdir are reused instead of being run again.
+update in flight).  A finished cell whose trainer config equals a cell's
+(in a sibling study's workdir: `runs/studies/*`) is reused, as a symlink,
+instead of being run again.
 """
 
 from __future__ import annotations
@@ -276,17 +277,24 @@ def _comparable(overrides: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(overrides, sort_keys=True))
 
 
-def find_reusable(workdir: pathlib.Path, study: Study, cell: Cell, total: int) -> pathlib.Path | None:
-    """A finished cell with the same base config and overrides in a sibling study's workdir."""
-    want = _comparable(cell.overrides)
-    for sibling in sorted(workdir.parent.glob(f"*/cells/*/{CELL_FILE}")):
+# Config fields that do not change what a run learns (a reused cell may differ in them).
+OUTPUT_ONLY_FIELDS = ("tensorboard", "plot", "total_env_steps")
+
+
+def _meaning(config_dict: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config_dict.items() if k not in OUTPUT_ONLY_FIELDS}
+
+
+def find_reusable(workdir: pathlib.Path, config: ml_collections.ConfigDict, total: int) -> pathlib.Path | None:
+    """A finished cell in a sibling study's workdir whose trainer config equals `config`
+    (output-only fields aside) and that ran at least `total` env steps."""
+    want = _meaning(json.loads(config.to_json_best_effort()))
+    for sibling in sorted(workdir.parent.glob("*/cells/*/config.json")):
         cell_dir = sibling.parent
-        if cell_dir.parent.parent.resolve() == workdir.resolve():
+        if cell_dir.is_symlink() or cell_dir.parent.parent.resolve() == workdir.resolve():
             continue
-        state = read_json(sibling) or {}
-        if state.get("base_config") != str(study.base_config) or state.get("reused_from"):
-            continue
-        if _comparable(state.get("overrides", {})) == want and cell_finished(cell_dir, total):
+        recorded = read_json(sibling)
+        if isinstance(recorded, dict) and _meaning(recorded) == want and cell_finished(cell_dir, total):
             return cell_dir
     return None
 
@@ -365,12 +373,24 @@ def prepare_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> N
         (workdir / "cells").mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise StudyError(f"cannot create workdir {workdir}: {error.strerror}") from None
+    sessions = (read_json(workdir / STUDY_FILE) or {}).get("sessions", [])
     write_json_atomic(workdir / STUDY_FILE, {
         "identity": study.identity(), "study_file": str(study.path), "fixed": study.fixed,
         "axes": study.axes, "seeds": list(study.seeds), "report": study.report,
         "cells": [{"name": c.name, "group": [list(g) for g in c.group], "seed": c.seed,
                    "overrides": _comparable(c.overrides)} for c in cells],
+        "sessions": sessions,
     })
+
+
+def record_session(workdir: pathlib.Path, started: float, cells_run: int) -> None:
+    """Appends this invocation's wall time to study.json (the report states the total)."""
+    data = read_json(workdir / STUDY_FILE) or {}
+    data.setdefault("sessions", []).append({
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "seconds": round(time.time() - started, 1), "cells_run": cells_run,
+    })
+    write_json_atomic(workdir / STUDY_FILE, data)
 
 
 def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool = True,
@@ -381,11 +401,16 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
     check_workdir(study, workdir, cells)
     with study_lock_dir(workdir):
         prepare_workdir(study, workdir, cells)
-        return _run_cells(study, workdir, cells, configs, workers, reuse, log)
+        started = time.time()
+        launched: list[str] = []
+        try:
+            return _run_cells(study, workdir, cells, configs, workers, reuse, log, launched)
+        finally:
+            record_session(workdir, started, len(launched))
 
 
 def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: dict[str, Any], workers: int,
-               reuse: bool, log) -> dict[str, str]:
+               reuse: bool, log, launched: list[str]) -> dict[str, str]:
     totals = {name: int(config.total_env_steps) for name, config in configs.items()}
     status: dict[str, str] = {}
     pending: list[Cell] = []
@@ -394,7 +419,7 @@ def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: 
         if cell_finished(cell_dir, totals[cell.name]):
             status[cell.name] = "done"
             continue
-        source = find_reusable(workdir, study, cell, totals[cell.name]) if reuse else None
+        source = find_reusable(workdir, configs[cell.name], totals[cell.name]) if reuse else None
         if source is not None and not cell_dir.exists():
             cell_dir.symlink_to(os.path.relpath(source, cell_dir.parent), target_is_directory=True)
             status[cell.name] = "done"
@@ -431,6 +456,7 @@ def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: 
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                    preexec_fn=_die_with_parent)
         running[cell.name] = (process, time.monotonic(), log_file)
+        launched.append(cell.name)
 
     def finish(name: str, returncode: int) -> None:
         process, start, log_file = running.pop(name)
@@ -707,6 +733,47 @@ def plot_heatmap(study: Study, results: list[GroupResult], path: pathlib.Path) -
     plt.close(figure)
 
 
+def provenance(study: Study, workdir: pathlib.Path) -> str:
+    """One markdown line: command, commit, machine, date and wall time of the study's cells."""
+    data = read_json(workdir / STUDY_FILE) or {}
+    sessions = data.get("sessions", [])
+    wall = sum(s.get("seconds", 0.0) for s in sessions)
+    cell_seconds = 0.0
+    for cell in grid(study):
+        state = read_json(workdir / "cells" / cell.name / CELL_FILE) or {}
+        cell_seconds += float(state.get("seconds") or 0.0)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    cpu = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    dates = sorted(s["started"][:10] for s in sessions if s.get("started"))
+    command = f"python -m poad_jax.study --study={os.path.relpath(study.path, REPO)}"
+    return (f"Command `{command}` (resumable); commit {commit}; {os.cpu_count()} cores, {cpu}; "
+            f"run {dates[0] if dates else '?'}{' to ' + dates[-1] if len(set(dates)) > 1 else ''}; "
+            f"wall time {_format_seconds(wall)} over {len(sessions)} invocation(s), "
+            f"{_format_seconds(cell_seconds)} of cell time (cells reused from sibling studies count in theirs).")
+
+
+def publish(study: Study, workdir: pathlib.Path, directory: pathlib.Path) -> pathlib.Path:
+    """Copies the report's figures to `directory/<study>_*.png` and writes `directory/<study>.md`."""
+    import shutil
+
+    directory.mkdir(parents=True, exist_ok=True)
+    text = (workdir / "report.md").read_text()
+    for figure in ("return", "success", "heatmap"):
+        source = workdir / f"{figure}.png"
+        if source.exists():
+            shutil.copyfile(source, directory / f"{study.name}_{figure}.png")
+            text = text.replace(f"({figure}.png)", f"({study.name}_{figure}.png)")
+    path = directory / f"{study.name}.md"
+    path.write_text(text + "\n" + provenance(study, workdir) + "\n")
+    return path
+
+
 def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
     """Writes `report.md`, `return.png`, `success.png` (and `heatmap.png`) into `workdir`."""
     results = aggregate(study, workdir)
@@ -761,6 +828,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="cells trained at once (default 1)")
     parser.add_argument("--report", action="store_true", help="only aggregate what the cells have logged")
     parser.add_argument("--no-reuse", action="store_true", help="never reuse finished cells of sibling studies")
+    parser.add_argument("--publish", default=None, metavar="DIR",
+                        help="also copy the report and its figures to DIR (e.g. docs/results)")
     args = parser.parse_args(argv)
     try:
         if args.workers < 1:
@@ -781,6 +850,8 @@ def main(argv: list[str] | None = None) -> int:
                       + (" ..." if len(failed) > 5 else "") + "; re-run the same command to retry them")
         path = write_report(study, workdir)
         print(f"report: {path}")
+        if args.publish:
+            print(f"published: {publish(study, workdir, pathlib.Path(args.publish))}")
     except StudyError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 - A 2 x 2 grid (method x seed) runs every cell as a trainer run directory,
   two at a time, and writes the report.
 - Re-running the same command skips finished cells (nothing rewritten).
+- A sibling study reuses finished cells whose trainer config is the same.
 - `kill -9` of the runner kills its trainers too; re-running resumes the
   killed cell from its checkpoint and finishes it with each update logged once.
 - The report's table equals a hand computation from the cells' metrics.jsonl.
@@ -213,3 +214,20 @@ def test_smoothing_band_and_final_value_are_plain_formulas():
                                        (np.array([0.0, 1.0]), np.array([3.0, 5.0]))], window=1)
     np.testing.assert_allclose(mean, [2.0, 4.0])
     np.testing.assert_allclose(std, [1.0, 1.0])
+
+
+def test_a_sibling_study_reuses_finished_cells_with_the_same_trainer_config(finished_grid):
+    _, workdir, _ = finished_grid
+    # The same runs spelt differently (ppo.gamma named at its toy value): the trainer configs are equal.
+    sibling = write_study(workdir.parent.parent, name="sibling", extra_axes=', "ppo.gamma": [0.95]')
+    result = run_cli(f"--study={sibling}", f"--workdir={workdir.parent / 'sibling'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    cells = sorted((workdir.parent / "sibling" / "cells").iterdir())
+    assert len(cells) == 4 and all(c.is_symlink() for c in cells)
+    assert {c.resolve().parent.parent for c in cells} == {workdir.resolve()}
+    assert result.stdout.count("reused ") == 4
+    different = write_study(workdir.parent.parent, name="different", methods=("poad",), seeds=(0,),
+                            extra_axes=', "ppo.gamma": [0.9]')
+    study = study_lib.load_study(different)
+    config = study_lib.cell_config(study, study_lib.grid(study)[0])
+    assert study_lib.find_reusable(workdir.parent / "different", config, 32) is None
