@@ -660,14 +660,21 @@ def interrupted_line(workdir: pathlib.Path) -> str:
     return "interrupted before the first checkpoint; re-running the same command starts the run again"
 
 
-def main(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> int:
-    """Runs the training command; returns the exit status (0, 2 for a user mistake, 130 for Ctrl-C)."""
+def main(config: ml_collections.ConfigDict, workdir: pathlib.Path, compilation_cache: bool = True,
+         show_progress: bool = True) -> int:
+    """Runs the training command; returns the exit status (0, 2 for a user mistake, 130 for Ctrl-C).
+
+    `compilation_cache=False` leaves JAX's process-wide cache setting alone
+    (tests); the cache directory is checked either way.
+    """
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
     try:
-        enable_compilation_cache(check_cache_dir())
-        result = run(config, workdir)
+        cache_root = check_cache_dir()
+        if compilation_cache:
+            enable_compilation_cache(cache_root)
+        result = run(config, workdir, show_progress=show_progress)
     except USER_ERRORS as error:
         print(f"error: {best_lib.one_line(error)}", file=sys.stderr)
         return EXIT_USER_ERROR
