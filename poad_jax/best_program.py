@@ -71,6 +71,7 @@ def write_atomically(path: pathlib.Path, text: str) -> None:
     """Replaces `path` by `text` in one step: a reader (or a kill) sees the old file or the new one."""
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(handle, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
         with os.fdopen(handle, "w") as f:
             f.write(text)
             f.flush()
@@ -79,6 +80,12 @@ def write_atomically(path: pathlib.Path, text: str) -> None:
     except BaseException:
         pathlib.Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_best(workdir: pathlib.Path, best: BestProgram) -> None:
