@@ -91,12 +91,14 @@ def run(tmp_path, binary_data, contained):
     me = psutil.Process()
 
     def _run(code, data=binary_data, limits=LIMITS):
+        open_fds = sorted(os.listdir("/proc/self/fd"))
         start = time.monotonic()
         result = evaluate_candidate(code, *data, limits=limits, base_dir=base)
         elapsed = time.monotonic() - start
         assert elapsed < limits.wall_seconds + GRACE, elapsed
         assert result.sandboxed
         assert me.children(recursive=True) == []
+        assert sorted(os.listdir("/proc/self/fd")) == open_fds  # no pipe left open in the trainer
         assert list(base.iterdir()) == []  # nothing on the host's disk
         return result
 

@@ -346,10 +346,15 @@ def _run(argv: list[str], payload: bytes, limits: SandboxLimits, cwd: str, env: 
          result_cap: int, sandboxed: bool, info_pipe: tuple[int, int] | None) -> tuple[int, _Exchange]:
     """Runs one child to its end (or kills it) and returns (exit status, what it sent)."""
     info_r = info_pipe[0] if info_pipe else None
-    process = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, close_fds=True, pass_fds=(info_pipe[1],) if info_pipe else (),
-    )
+    try:
+        process = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, close_fds=True, pass_fds=(info_pipe[1],) if info_pipe else (),
+        )
+    except BaseException:
+        for fd in info_pipe or ():
+            os.close(fd)
+        raise
     got = _Exchange()
     try:
         if info_pipe:
