@@ -1,0 +1,126 @@
+"""Progress that means something (issue 19): the bar before any episode ends,
+the summary in words, per-episode curves."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from poad_jax import logging as run_logging
+from poad_jax import train
+from poad_jax.rollout import EpisodeStats, failure_kind, step_summary
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def long_episode_config(updates: int):
+    """Toy episodes of 100 steps: no episode ends within the run."""
+    config = train.load_config_file(REPO / "configs" / "toy.py")
+    config.env.kwargs = dict(config.env.kwargs, horizon=100)
+    config.total_env_steps = config.num_threads * config.rollout_length * updates
+    config.tensorboard = False
+    return config
+
+
+def test_a_run_with_no_finished_episode_shows_no_nan(tmp_path, capsys):
+    config = long_episode_config(2)
+    result = train.run(config, tmp_path / "run", show_progress=True)
+    bar = capsys.readouterr().err  # tqdm draws on stderr
+    assert result.episodes["finished_returns"] == []
+    assert "nan" not in bar.lower()
+    assert "ok=0/4" in bar and "ok=0/32" in bar and "r/step=" in bar and "episodes=0" in bar
+    summary = train.summary_text(config, result)
+    assert "nan" not in summary.lower()
+    assert "no episode finished within 32 env steps" in summary
+    assert (tmp_path / "run" / "curves.png").stat().st_size > 0
+
+
+def _stats_after(steps):
+    stats = EpisodeStats(running_return=[0.0, 0.0])
+    for env_step, (thread, reward, done, info) in enumerate(steps, start=1):
+        stats.record_step(thread, reward, done, info, env_step)
+    return stats
+
+
+STEPS = [
+    (0, -1.0, False, {"success": False, "error": "Traceback (most recent call last):\nNameError: name 'x'"}),
+    (1, 0.75, True, {"success": True}),
+    (0, -1.0, False, {"success": False, "error": "SyntaxError: invalid syntax"}),
+    (0, 0.5, True, {"success": True}),
+    (1, -1.0, False, {"success": False, "error": "NameError: name 'y'"}),
+]
+
+
+def test_episode_stats_count_what_happened():
+    stats = _stats_after(STEPS)
+    rewards = [s[1] for s in STEPS]
+    assert stats.steps == len(STEPS) and stats.succeeded_steps == 2
+    assert stats.reward_sum == pytest.approx(sum(rewards))
+    assert stats.best_success_reward == 0.75
+    assert stats.failure_kinds == {"NameError": 2, "SyntaxError": 1}
+    assert stats.finished_returns == [0.75, -1.0 - 1.0 + 0.5] and stats.finished_env_steps == [2, 4]
+    assert stats.running_return == [0.0, -1.0]
+    restored = EpisodeStats(running_return=[0.0, 0.0])
+    restored.load_state_dict(stats.state_dict())
+    assert restored.state_dict() == stats.state_dict()
+    before = _stats_after(STEPS[:2]).counters()
+    summary = step_summary(stats, before)
+    assert summary["steps_succeeded"] == 1 and summary["step_reward_mean"] == pytest.approx(np.mean(rewards[2:]))
+
+
+def test_progress_postfix_before_and_after_the_first_episode():
+    early = run_logging.progress_postfix(_stats_after(STEPS[:1]).state_dict())
+    assert early == {"episodes": "0", "ok": "0/1", "r/step": "-1.000"}
+    late = run_logging.progress_postfix(_stats_after(STEPS).state_dict(), approx_kl=0.0123)
+    assert late["ret"] == f"{np.mean([0.75, -1.5]):.3f}" and late["success"] == "1.00"
+    assert late["ok"] == "2/5" and late["best"] == "0.750" and late["kl"] == "0.0123"
+    assert "nan" not in str(run_logging.progress_postfix({}, approx_kl=float("nan"))).lower()
+
+
+@pytest.mark.parametrize(
+    "error, kind",
+    [
+        ("Traceback (most recent call last):\n  File \"x\", line 1\nValueError: bad", "ValueError"),
+        ("TimeoutError: the code ran longer than 30 s", "TimeoutError"),
+        ("sklearn.exceptions.NotFittedError: not fitted", "NotFittedError"),
+        ("build_model returned None", "other"),
+    ],
+)
+def test_failure_kind(error, kind):
+    assert failure_kind(error) == kind
+
+
+def test_summary_says_why_nothing_ran_and_what_to_try():
+    config = train.load_config_file(REPO / "configs" / "datasci.py")
+    stats = _stats_after([(0, -1.0, False, {"success": False, "error": "SyntaxError: x"})] * 16)
+    episodes = stats.state_dict()
+    records = [{"update": 1, "env_steps": 16}]
+    lines = run_logging.run_summary_lines(records, episodes, 32, "programs", "ran")
+    assert any(line.startswith("0 of 16 programs ran") and "SyntaxError 16" in line for line in lines)
+    assert "stopped early; total_env_steps is 32" in lines[0]
+    advice = " ".join(train.advice_lines(config, episodes))
+    assert "SmolLM2-135M rarely writes runnable scikit-learn code" in advice and "configs/datasci_qwen.py" in advice
+    config.model = "qwen2.5-coder-0.5b-instruct"
+    assert "max_new_tokens" in " ".join(train.advice_lines(config, episodes))
+    succeeded = _stats_after(STEPS).state_dict()
+    assert train.advice_lines(config, succeeded) == []
+
+
+def test_rolling_mean_and_episode_points():
+    values = [1.0, 3.0, 2.0, 6.0, 0.0]
+    expected = [np.mean(values[max(0, i - 2): i + 1]) for i in range(len(values))]
+    np.testing.assert_allclose(run_logging.rolling_mean(values, 3), expected)
+    episodes = {"finished_env_steps": [-1, 4, 9], "finished_returns": [1.0, 2.0, 3.0],
+                "finished_success": [True, False, True]}
+    assert run_logging.episode_points(episodes) == [(4, 2.0, 0.0), (9, 3.0, 1.0)]  # -1: end unknown (old run)
+
+
+def test_curves_with_and_without_episodes(tmp_path):
+    records = [{"update": 1, "env_steps": 16, "policy_loss": 0.1, "step_reward_mean": -1.0},
+               {"update": 2, "env_steps": 32, "policy_loss": 0.05, "step_reward_mean": -0.5}]
+    episodes = _stats_after(STEPS).state_dict()
+    for name, eps in (("with.png", episodes), ("without.png", {})):
+        path = run_logging.plot_curves(records, tmp_path / name, eps)
+        assert path.stat().st_size > 0
