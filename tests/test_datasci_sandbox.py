@@ -83,6 +83,19 @@ def contained(binary_data):
     return facts
 
 
+def _open_pipes() -> list[str]:
+    """The pipes this process holds open (other threads may open /proc files meanwhile, never pipes)."""
+    pipes = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("pipe:"):
+            pipes.append(f"{fd}:{target}")
+    return sorted(pipes)
+
+
 @pytest.fixture
 def run(tmp_path, binary_data, contained):
     """Runs a candidate with short limits and checks the common guarantees."""
@@ -91,14 +104,14 @@ def run(tmp_path, binary_data, contained):
     me = psutil.Process()
 
     def _run(code, data=binary_data, limits=LIMITS):
-        open_fds = sorted(os.listdir("/proc/self/fd"))
+        open_pipes = _open_pipes()
         start = time.monotonic()
         result = evaluate_candidate(code, *data, limits=limits, base_dir=base)
         elapsed = time.monotonic() - start
         assert elapsed < limits.wall_seconds + GRACE, elapsed
         assert result.sandboxed
         assert me.children(recursive=True) == []
-        assert sorted(os.listdir("/proc/self/fd")) == open_fds  # no pipe left open in the trainer
+        assert _open_pipes() == open_pipes  # no pipe left open in the trainer
         assert list(base.iterdir()) == []  # nothing on the host's disk
         return result
 
