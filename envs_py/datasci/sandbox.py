@@ -283,8 +283,11 @@ def _end_sandbox(process: subprocess.Popen, info: bytes) -> None:
     The pid comes from bwrap; it is signalled through a pidfd, and only after
     checking that it is still bwrap's child, so a reused pid is never hit.
     """
+    if process.poll() is not None:
+        return  # bwrap returns only after its first process, and so the whole namespace, is gone
     first = _sandbox_first_pid(bytes(info))
-    if first is not None and process.poll() is None and hasattr(os, "pidfd_open"):
+    signalled = False
+    if first is not None and hasattr(os, "pidfd_open"):
         try:
             handle = os.pidfd_open(first)
         except OSError:
@@ -293,15 +296,19 @@ def _end_sandbox(process: subprocess.Popen, info: bytes) -> None:
             try:
                 if _parent_pid(first) == process.pid:
                     signal.pidfd_send_signal(handle, signal.SIGKILL)
+                    signalled = True
             except OSError:
                 pass
             finally:
                 os.close(handle)
-    try:
-        process.wait(timeout=KILL_WAIT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    if signalled:
+        try:
+            process.wait(timeout=KILL_WAIT_S)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    process.kill()  # --die-with-parent then kills the sandbox's first process, and the kernel the rest
+    process.wait()
 
 
 def _kill_group(pgid: int) -> None:
