@@ -19,9 +19,11 @@ checkpointer opens the directory.
 
 from __future__ import annotations
 
+import gc
 import json
 import pathlib
 import shutil
+import sys
 from typing import Any
 
 import jax
@@ -70,6 +72,32 @@ def checkpoint_steps(workdir: str | pathlib.Path) -> list[int]:
     if not directory.is_dir():
         return []
     return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir())
+
+
+def _silence_abandoned_reads() -> None:
+    """Keeps a failed restore's abandoned reads from printing tracebacks later.
+
+    When one array of a checkpoint cannot be read, Orbax's other reads of
+    that checkpoint end with exceptions nobody retrieves; when the garbage
+    collector frees their coroutines (at some later moment, in the middle of
+    training) Python prints each as a long "Exception ignored" traceback.
+    The damage is already reported in one line, so from now on this
+    process drops unraisable exceptions of Orbax coroutines (others still
+    reach the previous hook).
+    """
+    previous = sys.unraisablehook
+    if getattr(previous, "_poad_orbax_filter", False):
+        return
+
+    def hook(unraisable):
+        code = getattr(unraisable.object, "cr_code", None)
+        if code is not None and "orbax" in code.co_filename:
+            return
+        previous(unraisable)
+
+    hook._poad_orbax_filter = True
+    sys.unraisablehook = hook
+    gc.collect()
 
 
 class RunCheckpointer:
@@ -133,6 +161,7 @@ class RunCheckpointer:
                     raise ValueError("its meta record lacks the update counter")
             except Exception as error:  # any read failure means this checkpoint is damaged
                 reason = " ".join(str(error).split())[:160] or type(error).__name__
+                _silence_abandoned_reads()
                 moved = self._set_aside(step) if self.writable else None
                 warn(f"warning: checkpoint {step} is damaged ({reason}); "
                      + (f"moved to {moved}; " if moved else "") + "trying the one before it")

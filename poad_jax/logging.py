@@ -206,19 +206,20 @@ def progress_postfix(episodes: dict[str, Any], approx_kl: float | None = None, w
 
 
 def summary_table(records: list[dict[str, Any]], keys: Iterable[str] = (
-    "env_steps", "episodes", "episode_return", "success_rate", "policy_loss", "value_loss",
+    "env_steps", "episodes", "episode_return", "success_rate", "steps_succeeded", "step_reward_mean",
+    "best_step_reward", "policy_loss", "value_loss",
     "entropy", "approx_kl", "clip_fraction", "explained_variance", "skipped_minibatches",
     "seconds_sampling", "seconds_env", "seconds_learner",
 )) -> str:
-    """A plain-text table of the first and the last update's key metrics."""
+    """A plain-text table of the first and the last update's key metrics (`-`: none, never NaN)."""
     if not records:
         return "(no updates)"
     first, last = records[0], records[-1]
     lines = [f"{'metric':<22}{'first update':>16}{'last update':>16}"]
     for key in keys:
         def fmt(value):
-            if value is None:
-                return "-"
+            if value is None or isinstance(value, float) and not math.isfinite(value):
+                return "-"  # e.g. no episode finished in that update
             return f"{value:.4g}" if isinstance(value, float) else str(value)
 
         lines.append(f"{key:<22}{fmt(first.get(key)):>16}{fmt(last.get(key)):>16}")

@@ -434,7 +434,7 @@ def checkpoint_meta(update: int, collector: RolloutCollector, envs, rollout_rng,
         "episodes": collector.stats.state_dict(),
         "numpy_rng": checkpoint_lib.numpy_rng_state(collector.np_rng),
         "rollout_rng": np.asarray(jax.random.key_data(rollout_rng)).tolist(),
-        "metrics": records,
+        "metrics": [run_logging.jsonable_record(r) for r in records],
     }
 
 
@@ -581,7 +581,8 @@ def _train(config, workdir, method, lconfig, model, tokenizer, envs, show_progre
                 "seconds_learner": learner_seconds,
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
             }
-            records.append(logger.log(record))
+            logger.log(record)
+            records.append(record)
             updates_this_call += 1
             if update % int(config.checkpoint_every) == 0 or collector.env_steps >= total:
                 checkpointer.save(update, state, checkpoint_meta(update, collector, envs, rollout_rng, records))

@@ -215,3 +215,22 @@ def test_finished_marker(started_run, tmp_path):
     # A re-run of a finished run trains nothing and keeps its history.
     again = train.run(toy_config(5), workdir, show_progress=False)
     assert [r["update"] for r in again.records] == [1, 2, 3, 4, 5] and again.finished
+
+
+def test_cli_after_a_truncated_array_prints_one_warning_and_no_traceback(started_run, tmp_path):
+    """The abandoned reads of the damaged checkpoint must not print tracebacks later in the run."""
+    import subprocess
+    import sys
+
+    workdir = copy_of(started_run, tmp_path)
+    _truncate_largest_array(workdir / "checkpoints" / "2")
+    result = subprocess.run(
+        [sys.executable, "-m", "poad_jax.train", "--config=configs/toy.py", f"--workdir={workdir}",
+         f"--config.total_env_steps={4 * STEPS_PER_UPDATE}", "--config.tensorboard=False", "--config.plot=False"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stderr.replace("\r", "\n").splitlines()
+             if line.strip() and not line.startswith("poad toy/")]  # the progress bar
+    assert len(lines) == 1 and lines[0].startswith("warning: checkpoint 2 is damaged"), lines[:20]
+    assert updates_logged(workdir) == [1, 2, 3, 4]

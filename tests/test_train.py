@@ -166,6 +166,8 @@ def test_short_real_run_on_embedded_default(tmp_path):
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl"):
         assert np.isfinite(record[key]), key
     assert (tmp_path / "real" / "curves.png").exists()
+    summary = train.summary_text(config, result)  # what the default job prints at its end
+    assert "nan" not in summary.lower() and "of 4 programs ran" in summary and "best program:" in summary
 
 
 def test_critic_lora_and_target_critic_run(tmp_path):
