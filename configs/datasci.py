@@ -21,7 +21,9 @@ def get_config():
     config.env.name = "datasci/balance_scale"
     # Retry prompts quote the error and the previous code; these caps keep a
     # retry prompt under ~450 tokens (the learner's cost grows with it).
-    config.env.kwargs = dict(template="chat", max_attempts=5, timeout_s=30.0, error_chars=300, code_chars=1000)
+    # allow_unsandboxed=True runs model-written code even without bubblewrap (unsafe; README).
+    config.env.kwargs = dict(template="chat", max_attempts=5, timeout_s=30.0, error_chars=300, code_chars=1000,
+                             allow_unsandboxed=False)
     config.env.vector_mode = "threads"  # a step waits on the sandbox subprocess
     config.prompt_format = "chat"
     config.matmul_dtype = "bfloat16"  # CPU speed: see configs/base.py; "float32" for exact matmuls

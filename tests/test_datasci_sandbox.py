@@ -602,3 +602,19 @@ def test_unsandboxed_only_when_allowed_and_with_a_warning(monkeypatch, binary_da
     assert result.success and not result.sandboxed
     assert "WITHOUT the sandbox" in caplog.text and "bwrap not found" in caplog.text
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_datasci_env_refuses_at_construction_unless_allowed_by_config(monkeypatch, caplog, datasets_dir):
+    """The trainer's env (DataSciEnv) refuses to be built without the sandbox; the config flag allows it,
+    with the warning line."""
+    from envs_py.datasci.env import DataSciEnv
+
+    monkeypatch.setattr(isolation, "find_tool", lambda name: None if name == "bwrap" else "/usr/bin/" + name)
+    monkeypatch.setattr(sandbox, "_statuses", {})
+    monkeypatch.setattr(sandbox, "_warned_unsandboxed", False)
+    monkeypatch.delenv(isolation.ALLOW_UNSANDBOXED_ENV, raising=False)
+    with pytest.raises(SandboxUnavailableError, match="allow_unsandboxed=True"):
+        DataSciEnv("balance_scale", data_dir=datasets_dir)
+    with caplog.at_level("WARNING", logger="envs_py.datasci.sandbox"):
+        env = DataSciEnv("balance_scale", data_dir=datasets_dir, allow_unsandboxed=True)
+    assert env.limits.allow_unsandboxed and "WITHOUT the sandbox" in caplog.text

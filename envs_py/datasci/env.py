@@ -20,7 +20,8 @@ from envs_py.base import Observation, StepAfterDoneError, StepResult
 from envs_py.datasci import prompts
 from envs_py.datasci.datasets import load_dataset
 from envs_py.datasci.extract import extract_program
-from envs_py.datasci.sandbox import CandidateResult, SandboxLimits, evaluate_candidate, split_indices
+from envs_py.datasci.sandbox import (CandidateResult, SandboxLimits, evaluate_candidate, require_sandbox,
+                                     split_indices)
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_TIMEOUT_S = 30.0
@@ -39,6 +40,9 @@ class DataSciEnv:
       failure_reward: reward of a failed attempt.
       data_dir: data directory (else $POAD_DATA_DIR, else the user cache).
       limits: other sandbox limits; its wall_seconds is replaced by timeout_s.
+      allow_unsandboxed: run candidates even where the bubblewrap sandbox
+        cannot be used (unsafe; a warning line at every start).  Otherwise
+        the env refuses to be built there (SandboxUnavailableError).
       error_chars / code_chars: truncation of the retry prompt's parts.
     """
 
@@ -47,14 +51,18 @@ class DataSciEnv:
                  failure_reward: float = DEFAULT_FAILURE_REWARD, data_dir=None,
                  limits: SandboxLimits | None = None,
                  error_chars: int = prompts.DEFAULT_ERROR_CHARS,
-                 code_chars: int = prompts.DEFAULT_CODE_CHARS):
+                 code_chars: int = prompts.DEFAULT_CODE_CHARS, allow_unsandboxed: bool = False):
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         self.dataset = dataset
         self.template = prompts.check_template(template)
         self.max_attempts = max_attempts
         self.failure_reward = float(failure_reward)
-        self.limits = dataclasses.replace(limits or SandboxLimits(), wall_seconds=float(timeout_s))
+        limits = limits or SandboxLimits()
+        self.limits = dataclasses.replace(limits, wall_seconds=float(timeout_s),
+                                          allow_unsandboxed=bool(allow_unsandboxed or limits.allow_unsandboxed))
+        # Refuse (or warn) now, when the trainer starts, not at the first program.
+        require_sandbox(self.limits)
         self.error_chars, self.code_chars = error_chars, code_chars
         self.X, self.y = load_dataset(dataset, data_dir)
         self.splits = split_indices(len(self.y))

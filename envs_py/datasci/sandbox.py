@@ -587,7 +587,7 @@ def require_sandbox(limits: SandboxLimits = SandboxLimits(), python: str = sys.e
         raise SandboxUnavailableError(
             f"refusing to run model-written code without the sandbox: {status.reason}. Install bubblewrap "
             f"(scripts/setup.sh as root, or apt-get install bubblewrap), or set {isolation.ALLOW_UNSANDBOXED_ENV}=1 "
-            "to run it unsandboxed at your own risk"
+            "or --config.env.kwargs.allow_unsandboxed=True to run it unsandboxed at your own risk"
         )
     with _status_lock:
         if not _warned_unsandboxed:
