@@ -713,14 +713,16 @@ def plot_heatmap(study: Study, results: list[GroupResult], path: pathlib.Path) -
     panels = [("measured final return (mean over seeds)", measured)]
     if not np.isnan(predicted).all():
         panels.append(("optimum under the method's discount", predicted))
-    figure, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 0.5 * len(row_labels) + 2.2),
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels) + 1.6, 0.5 * len(row_labels) + 2.2),
                                 squeeze=False)
+    short = [label.split("=", 1)[-1] for label in column_labels]  # "action_length=8" -> "8"
     finite = np.concatenate([p[~np.isnan(p)] for _, p in panels])
     low, high = (float(finite.min()), float(finite.max())) if len(finite) else (0.0, 1.0)
-    for axis, (title, table) in zip(axes[0], panels):
+    for index, (axis, (title, table)) in enumerate(zip(axes[0], panels)):
         image = axis.imshow(table, cmap="viridis", vmin=low, vmax=high, aspect="auto")
-        axis.set_xticks(range(len(column_labels)), column_labels, fontsize=8)
-        axis.set_yticks(range(len(row_labels)), row_labels, fontsize=8)
+        axis.set_xticks(range(len(short)), short, fontsize=8)
+        axis.set_xlabel(column_axis.split(".")[-1], fontsize=9)
+        axis.set_yticks(range(len(row_labels)), row_labels if index == 0 else [], fontsize=8)
         for i in range(table.shape[0]):
             for j in range(table.shape[1]):
                 if not np.isnan(table[i, j]):
@@ -739,8 +741,13 @@ def provenance(study: Study, workdir: pathlib.Path) -> str:
     sessions = data.get("sessions", [])
     wall = sum(s.get("seconds", 0.0) for s in sessions)
     cell_seconds = 0.0
+    reused = 0
     for cell in grid(study):
-        state = read_json(workdir / "cells" / cell.name / CELL_FILE) or {}
+        cell_dir = workdir / "cells" / cell.name
+        if cell_dir.is_symlink():
+            reused += 1
+            continue
+        state = read_json(cell_dir / CELL_FILE) or {}
         cell_seconds += float(state.get("seconds") or 0.0)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip() or "unknown"
@@ -755,7 +762,8 @@ def provenance(study: Study, workdir: pathlib.Path) -> str:
     return (f"Command `{command}` (resumable); commit {commit}; {os.cpu_count()} cores, {cpu}; "
             f"run {dates[0] if dates else '?'}{' to ' + dates[-1] if len(set(dates)) > 1 else ''}; "
             f"wall time {_format_seconds(wall)} over {len(sessions)} invocation(s), "
-            f"{_format_seconds(cell_seconds)} of cell time (cells reused from sibling studies count in theirs).")
+            f"{_format_seconds(cell_seconds)} of cell time"
+            + (f" ({reused} cells reused from sibling studies, whose time counts there)." if reused else "."))
 
 
 def publish(study: Study, workdir: pathlib.Path, directory: pathlib.Path) -> pathlib.Path:
