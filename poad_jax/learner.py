@@ -32,8 +32,10 @@ from poad_jax.methods import Method
 from poad_jax.policy import (
     FrozenBase,
     PolicyGraph,
+    action_level_log_policy,
     action_logprobs,
     base_features,
+    candidate_token_logprobs,
     head_values,
 )
 from poad_jax.token_batch import TokenBatch, action_streams, token_streams
@@ -175,17 +177,11 @@ def policy_outputs(
         values = head_values(graph, params["head"], features)
         return logprobs, entropy, values, batch.action_mask
 
-    rows, candidates, length = batch.tokens.shape
-    flat = lambda x: x.reshape(rows * candidates, *x.shape[2:])
-    token_logprobs, _ = action_logprobs(
-        graph, frozen, params["actor"], flat(batch.tokens), flat(batch.positions),
-        flat(batch.key_mask), prompt_len, 1.0,
+    token_logprobs = candidate_token_logprobs(
+        graph, frozen, params["actor"], batch.tokens, batch.positions, batch.key_mask, prompt_len,
+        method.share_prompt,
     )
-    token_logprobs = token_logprobs.reshape(rows, candidates, -1)
-    scores = jnp.sum(jnp.where(batch.action_mask, token_logprobs, 0.0), axis=-1) / batch.normalizer
-    scores = jnp.where(batch.candidate_mask, scores, -jnp.inf)
-    log_pi = jax.nn.log_softmax(scores, axis=-1)
-    log_pi = jnp.where(batch.candidate_mask, log_pi, 0.0)
+    log_pi = action_level_log_policy(token_logprobs, batch.action_mask, batch.normalizer, batch.candidate_mask)
     logprobs = jnp.take_along_axis(log_pi, batch.chosen[:, None], axis=-1)[:, 0]
     entropy = -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)
     if config.critic_kind == "lora":
@@ -196,7 +192,7 @@ def policy_outputs(
     else:
         features = batch.features
     values = head_values(graph, params["head"], features)
-    return logprobs, entropy, values, jnp.ones((rows,), bool)
+    return logprobs, entropy, values, jnp.ones(batch.rewards.shape, bool)
 
 
 def _take_rows(tree, index):

@@ -34,20 +34,28 @@ class Method:
       gamma_w: the intra-action discount: per token for token-level methods;
         for the action level, an action of n tokens is discounted by an
         extra gamma_w**(n - 1) (1 for the paper's TWOSOME).
+      share_prompt: action level only: each state's prompt is encoded once and
+        every candidate attends to it (True), or every candidate runs prompt +
+        action through the model on its own (False: the reference computation,
+        K times the prompt's cost; same numbers up to float rounding).
     """
 
     name: str
     token_level: bool
     gamma_w: float
+    share_prompt: bool = True
 
 
-def make_method(name: str, gamma: float, gamma_w: float | None = None) -> Method:
+def make_method(name: str, gamma: float, gamma_w: float | None = None, share_prompt: bool = True) -> Method:
     """The method `name`; `gamma_w` overrides NTPO's intra-action discount (default gamma)
-    and TWOSOME's per-token discount of an action (default 1; POAD's is always 1)."""
+    and TWOSOME's per-token discount of an action (default 1; POAD's is always 1).
+    `share_prompt=False` gives TWOSOME's per-candidate computation (see `Method`)."""
     if name == "poad":
         return Method("poad", token_level=True, gamma_w=1.0)
     if name == "ntpo":
         return Method("ntpo", token_level=True, gamma_w=gamma if gamma_w is None else gamma_w)
     if name == "twosome":
-        return Method("twosome", token_level=False, gamma_w=1.0 if gamma_w is None else gamma_w)
+        return Method(
+            "twosome", token_level=False, gamma_w=1.0 if gamma_w is None else gamma_w, share_prompt=share_prompt
+        )
     raise UnknownMethodError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}")

@@ -32,8 +32,17 @@ import numpy as np
 
 from envs_py import Observation, VectorEnv
 from poad_jax.methods import Method
-from poad_jax.policy import FrozenBase, PolicyGraph, action_logprobs, base_features, head_values, merge_model
-from poad_jax.sampling import Sampler, SamplingConfig
+from poad_jax.policy import (
+    FrozenBase,
+    PolicyGraph,
+    action_level_log_policy,
+    action_logprobs,
+    base_features,
+    candidate_token_logprobs,
+    head_values,
+    merge_model,
+)
+from poad_jax.sampling import Sampler, SamplingConfig, action_normalizers
 from poad_jax.token_batch import TokenBatch, allowed_next_tokens, pack_rows, round_up_to_bucket
 
 
@@ -150,11 +159,11 @@ class RolloutCollector:
                 f"restricted_sampling must be 'trie' or 'action_scores', got {self.config.restricted_sampling!r}"
             )
         if use_scores:
-            for prompt, cands, obs in zip(prompts, candidates, observations):
-                scores = self.sampler.score_actions(
-                    model, prompt, cands, normalization=self.config.twosome_normalization,
-                    action_texts=list(obs.actions),
-                )
+            all_scores = self.sampler.score_actions_batch(
+                model, prompts, candidates, normalization=self.config.twosome_normalization,
+                action_texts=[list(obs.actions) for obs in observations],
+            )
+            for prompt, cands, obs, scores in zip(prompts, candidates, observations, all_scores):
                 probs = np.asarray(scores.probs, np.float64)
                 if self.config.sampling.temperature == 0:  # greedy evaluation
                     choice = int(np.argmax(probs))
@@ -267,12 +276,10 @@ def pack_batch(
                 k_real = min(k, len(r.candidates) - 1)  # pad candidates repeat the last one, masked out
                 prompts.append(r.prompt)
                 actions.append(r.candidates[k_real])
-                if k < len(r.candidates):
-                    candidate_mask[n, k] = True
-                    if config.twosome_normalization == "word":
-                        normalizer[n, k] = max(len(r.candidate_texts[k].split()), 1)
-                    else:
-                        normalizer[n, k] = max(len(r.candidates[k]), 1)
+            candidate_mask[n, : len(r.candidates)] = True
+            normalizer[n, : len(r.candidates)] = action_normalizers(
+                r.candidates, r.candidate_texts, config.twosome_normalization
+            )
         flat = pack_rows(prompts, actions, prompt_len, action_len, pad_id)
         arrays = {key: value.reshape(len(rows), num_candidates, -1) for key, value in flat.items()}
         arrays.update(
@@ -320,15 +327,12 @@ def behaviour_statistics(
         )
         features = features_of(tokens, positions, key_mask, prompt_len)
     else:
-        rows, candidates, length = tokens.shape
-        flat = lambda x: x.reshape(rows * candidates, length)
-        token_logprobs, _ = action_logprobs(
-            graph, frozen, params["actor"], flat(tokens), flat(positions), flat(key_mask), prompt_len, 1.0
+        token_logprobs = candidate_token_logprobs(
+            graph, frozen, params["actor"], tokens, positions, key_mask, prompt_len, method.share_prompt
         )
-        token_logprobs = token_logprobs.reshape(rows, candidates, -1)
-        scores = jnp.sum(jnp.where(arrays["action_mask"], token_logprobs, 0.0), -1) / arrays["normalizer"]
-        scores = jnp.where(arrays["candidate_mask"], scores, -jnp.inf)
-        log_pi = jax.nn.log_softmax(scores, axis=-1)
+        log_pi = action_level_log_policy(
+            token_logprobs, arrays["action_mask"], arrays["normalizer"], arrays["candidate_mask"]
+        )
         old_logprobs = jnp.take_along_axis(log_pi, arrays["chosen"][:, None], axis=-1)[:, 0]
         features = features_of(tokens[:, 0], positions[:, 0], key_mask[:, 0], prompt_len)[:, 0]
     old_values = head_values(graph, value_head, features)
