@@ -33,6 +33,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from poad_jax.layout import (  # noqa: F401  (bucket_size is part of this module's API)
+    ACTION_BUCKETS,
+    COUNT_BUCKETS,
+    PROMPT_BUCKETS,
+    action_trie,
+    bucket_size,
+    next_power_of_two,
+    positions_from_mask,
+)
 from poad_jax.models.llama import KVCache, init_cache, unstack_weights
 from poad_jax.policy import action_level_log_policy, shared_prompt_token_logprobs
 
@@ -40,8 +49,8 @@ FINISH_STOP_TOKEN = "stop_token"
 FINISH_STOP_STRING = "stop_string"
 FINISH_LENGTH = "length"
 NORMALIZATIONS = ("token", "word", "none")
-DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-DEFAULT_PROMPT_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048)
+DEFAULT_BATCH_BUCKETS = COUNT_BUCKETS
+DEFAULT_PROMPT_BUCKETS = PROMPT_BUCKETS
 STOP_STRING_CHUNK = 16  # decode steps between host-side stop-string checks
 
 
@@ -173,26 +182,8 @@ def sample_tokens(
     return tokens, logprobs
 
 
-def left_padded_positions(mask: jax.Array) -> jax.Array:
-    """`[B, P]` int32 positions: count of real tokens before each slot, clipped at 0."""
-    return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
-
-
 # ---------------------------------------------------------------------------
 # Host-side helpers (NumPy).
-
-
-def bucket_size(n: int, buckets: Sequence[int]) -> int:
-    """Smallest bucket >= n; beyond the largest, the next multiple of the largest."""
-    for b in buckets:
-        if n <= b:
-            return b
-    largest = buckets[-1]
-    return -(-n // largest) * largest
-
-
-def next_power_of_two(n: int, minimum: int = 1) -> int:
-    return max(minimum, 1 << max(0, (n - 1).bit_length()))
 
 
 def left_pad(prompts: Sequence[Sequence[int]], batch: int, length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -240,37 +231,7 @@ def build_action_tries(
     """
     rows = [[[int(t) for t in a] for a in row] for row in candidates]
     rows += [[[0]]] * (batch - len(rows))
-    tries = []  # per row: nodes as [children {token: node}, action or -1, depth]
-    for b, actions in enumerate(rows):
-        if not actions:
-            raise ValueError(f"row {b} has no candidate actions")
-        nodes: list[list[Any]] = [[{}, -1, 0]]
-        for index, action in enumerate(actions):
-            if not action:
-                raise ValueError(f"row {b}: candidate action {index} is empty")
-            node = 0
-            for token in action:
-                children = nodes[node][0]
-                if token not in children:
-                    children[token] = len(nodes)
-                    nodes.append([{}, -1, nodes[node][2] + 1])
-                node = children[token]
-            if nodes[node][1] < 0:
-                nodes[node][1] = index
-        for node in list(nodes):
-            children, action, depth = node
-            if action >= 0 and children:
-                if end_token_id is None:
-                    raise ValueError(
-                        f"row {b}: candidate action {action} is a prefix of another; "
-                        "pass end_token_id (e.g. the EOS id) or append an end token to every action"
-                    )
-                if end_token_id in children:
-                    raise ValueError(f"row {b}: end_token_id {end_token_id} also continues an action")
-                children[end_token_id] = len(nodes)
-                nodes.append([{}, action, depth + 1])
-                node[1] = -1
-        tries.append(nodes)
+    tries = [action_trie(actions, end_token_id, b) for b, actions in enumerate(rows)]
     n_nodes = next_power_of_two(max(len(t) for t in tries), 8)
     n_edges = next_power_of_two(max(len(n[0]) for t in tries for n in t), 4)
     edge_token = np.zeros((batch, n_nodes, n_edges), np.int32)
@@ -333,7 +294,7 @@ def _prefill(
     batch, length = tokens.shape
     cache = init_cache(model.config, batch, cache_length, cache_dtype)
     key_mask = jnp.concatenate([mask, jnp.ones((batch, cache_length - length), bool)], axis=1)
-    positions = left_padded_positions(mask)
+    positions = positions_from_mask(mask)
     if length > 1:
         out = model(tokens[:, :-1], positions[:, :-1], key_mask, cache, return_logits=False, unstacked=unstacked,
                     empty_cache=True)
@@ -443,7 +404,7 @@ def _score_candidates(model, unstacked, prompt, prompt_mask, actions, action_mas
     normalised scores, log pi) `[B, K]`, log pi from
     `policy.action_level_log_policy`, the learner's own function.
     """
-    prompt_positions = left_padded_positions(prompt_mask)
+    prompt_positions = positions_from_mask(prompt_mask)
     n_prompt = jnp.sum(prompt_mask, axis=-1).astype(jnp.int32)
     action_positions = n_prompt[:, None, None] + jnp.arange(actions.shape[-1], dtype=jnp.int32)
     action_positions = jnp.broadcast_to(action_positions, actions.shape)
@@ -798,7 +759,7 @@ class Sampler:
         batch = bucket_size(len(prompts), self.batch_buckets)
         length = bucket_size(max(len(p) for p in prompts), self.prompt_buckets)
         n_actions = bucket_size(max(len(r) for r in rows), self.batch_buckets)
-        action_length = next_power_of_two(max(len(a) for r in rows for a in r), 8)
+        action_length = bucket_size(max(len(a) for r in rows for a in r), ACTION_BUCKETS)
         prompt_tokens, prompt_mask = left_pad(prompts, batch, length)
         action_tokens = np.zeros((batch, n_actions, action_length), np.int32)
         action_mask = np.zeros((batch, n_actions, action_length), bool)
