@@ -117,9 +117,10 @@ class ActionLevel:
 
     def pack(self, rows, prompt_len: int, config, pad_id: int) -> dict[str, np.ndarray]:
         """tokens/positions/key_mask `[N, K, P + A]` (K = most candidates of a
-        state; padding candidates repeat the last one and are masked out),
+        state, rounded up to a bucket so the compiled passes are reused;
+        padding candidates repeat the last one and are masked out),
         action_mask `[N, K, A]`, chosen `[N]`, candidate_mask and normalizer `[N, K]`."""
-        num_candidates = max(len(r.candidates) for r in rows)
+        num_candidates = bucket_size(max(len(r.candidates) for r in rows), COUNT_BUCKETS)
         action_len = bucket_size(max(len(c) for r in rows for c in r.candidates), config.action_buckets)
         prompts, actions = [], []
         candidate_mask = np.zeros((len(rows), num_candidates), bool)
