@@ -23,4 +23,5 @@ def get_config():
     config.ppo.gamma = 0.95
     config.ppo.actor_lr = 1e-6
     config.ppo.critic_lr = 5e-5
+    config.matmul_dtype = "bfloat16"  # CPU speed: see configs/base.py; "float32" for exact matmuls
     return config

@@ -2,10 +2,10 @@
 
 The whole update is one compiled call (PureJaxRL style), top to bottom:
 
-1. Advantages: the rollout's behaviour values and rewards are laid out as
-   per-thread streams (one element per action token for POAD/NTPO, one per
-   action for TWOSOME), discounts come from the method (`methods.py`), and
-   `backups.token_gae` runs one reverse scan.
+1. Advantages: the method's credit scheme (`schemes.py`) lays the rollout's
+   behaviour values and rewards out as per-thread streams (one element per
+   action token for POAD/NTPO, one per action for TWOSOME) with their
+   discounts, and `backups.token_gae` runs one reverse scan.
 2. `epochs x minibatches` nested `lax.scan`: each minibatch normalises its
    advantages over its valid tokens, accumulates gradients over
    `accumulation_steps` micro-batches (bounding activation memory), computes
@@ -29,14 +29,9 @@ import optax
 
 from poad_jax import backups, losses
 from poad_jax.methods import Method
-from poad_jax.policy import (
-    FrozenBase,
-    PolicyGraph,
-    action_logprobs,
-    base_features,
-    head_values,
-)
-from poad_jax.token_batch import TokenBatch, action_streams, token_streams
+from poad_jax.policy import FrozenBase, PolicyGraph, head_values
+from poad_jax.schemes import action_token_discounts  # noqa: F401  (part of this module's API)
+from poad_jax.token_batch import TokenBatch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,34 +103,17 @@ def init_train_state(params: dict[str, Any], config: LearnerConfig, rng: jax.Arr
     )
 
 
-def action_token_discounts(batch: TokenBatch, gamma_w: float) -> jax.Array:
-    """`[N]` extra discount of each taken action, counting its tokens as steps:
-
-        gamma_w ** (n_tokens(chosen action) - 1)
-
-    (action level only; 1 for every action when gamma_w = 1).
-    """
-    lengths = batch.action_mask.sum(-1)  # [N, K]
-    chosen_length = jnp.take_along_axis(lengths, batch.chosen[:, None], axis=1)[:, 0]
-    return jnp.asarray(gamma_w, jnp.float32) ** jnp.maximum(chosen_length - 1, 0).astype(jnp.float32)
-
-
 def compute_advantages(batch: TokenBatch, method: Method, config: LearnerConfig):
-    """GAE advantages and returns in the batch's row layout, plus the stream mask.
+    """GAE advantages and returns in the batch's row layout (the scheme's
+    streams and discounts, one `backups.token_gae` scan).
 
     Token level: `[N, A]`; action level: `[N]`.
     """
-    streams = token_streams(batch) if method.token_level else action_streams(batch)
-    gamma_w = method.gamma_w if method.token_level else 1.0
-    discounts = backups.action_discounts(
-        streams["action_end"], streams["dones"], config.gamma, gamma_w
-    )
-    if not method.token_level and method.gamma_w != 1.0:
-        discounts = discounts * action_token_discounts(batch, method.gamma_w).reshape(discounts.shape)
+    streams = method.scheme.streams(batch, config.gamma)
     advantages, returns = backups.token_gae(
         streams["rewards"],
         streams["values"],
-        discounts,
+        streams["discounts"],
         streams["valid"],
         batch.bootstrap_value,
         config.lam,
@@ -154,49 +132,19 @@ def policy_outputs(
 ):
     """(logprobs, entropy, values, mask) of the current params on `batch` rows.
 
-    Token level: per action token `[n, A]`.  Action level (TWOSOME): the
-    policy is the softmax over the K candidates of their summed token
-    log-probs divided by the normaliser (token or word count); log-prob,
-    entropy and value are per action `[n]`.
+    The method's scheme computes the log-probs and entropy (token level: per
+    action token `[n, A]`; action level, TWOSOME: the softmax over the K
+    candidates of their summed token log-probs divided by the normaliser,
+    per action `[n]`) and the critic's input; the value head is shared.
     """
-    prompt_len = batch.prompt_len
-    if method.token_level:
-        logprobs, entropy = action_logprobs(
-            graph, frozen, params["actor"], batch.tokens, batch.positions, batch.key_mask,
-            prompt_len, config.temperature, batch.allowed_tokens, batch.allowed_mask,
-        )
-        if config.critic_kind == "lora":
-            features = base_features(
-                graph, frozen, params["critic_lora"], batch.tokens, batch.positions,
-                batch.key_mask, prompt_len, use_lora=True,
-            )
-        else:
-            features = batch.features
-        values = head_values(graph, params["head"], features)
-        return logprobs, entropy, values, batch.action_mask
-
-    rows, candidates, length = batch.tokens.shape
-    flat = lambda x: x.reshape(rows * candidates, *x.shape[2:])
-    token_logprobs, _ = action_logprobs(
-        graph, frozen, params["actor"], flat(batch.tokens), flat(batch.positions),
-        flat(batch.key_mask), prompt_len, 1.0,
-    )
-    token_logprobs = token_logprobs.reshape(rows, candidates, -1)
-    scores = jnp.sum(jnp.where(batch.action_mask, token_logprobs, 0.0), axis=-1) / batch.normalizer
-    scores = jnp.where(batch.candidate_mask, scores, -jnp.inf)
-    log_pi = jax.nn.log_softmax(scores, axis=-1)
-    log_pi = jnp.where(batch.candidate_mask, log_pi, 0.0)
-    logprobs = jnp.take_along_axis(log_pi, batch.chosen[:, None], axis=-1)[:, 0]
-    entropy = -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)
+    scheme = method.scheme
+    logprobs, entropy = scheme.policy(graph, frozen, params["actor"], batch, config.temperature)
     if config.critic_kind == "lora":
-        features = base_features(
-            graph, frozen, params["critic_lora"], batch.tokens[:, 0], batch.positions[:, 0],
-            batch.key_mask[:, 0], prompt_len, use_lora=True,
-        )[:, 0]
+        features = scheme.critic_features(graph, frozen, params["critic_lora"], batch, use_lora=True)
     else:
         features = batch.features
     values = head_values(graph, params["head"], features)
-    return logprobs, entropy, values, jnp.ones((rows,), bool)
+    return logprobs, entropy, values, scheme.valid(batch)
 
 
 def _take_rows(tree, index):
@@ -239,7 +187,7 @@ def make_update_fn(
         mb = _take_rows(batch, minibatch_index)
         mb_adv = _take_rows(advantages, minibatch_index)
         mb_ret = _take_rows(returns, minibatch_index)
-        mask = mb.action_mask if method.token_level else jnp.ones(mb.rewards.shape, bool)
+        mask = method.scheme.valid(mb)
         if config.normalize_advantages:
             mb_adv = losses.normalize_advantages(mb_adv, mask)
         micro = config.accumulation_steps
@@ -288,7 +236,7 @@ def make_update_fn(
         num_rows = batch.num_rows
         config.validate(num_rows)
         advantages, returns = compute_advantages(batch, method, config)
-        value_mask = batch.action_mask if method.token_level else jnp.ones((num_rows,), bool)
+        value_mask = method.scheme.valid(batch)
 
         def epoch(state, _):
             rng, perm_rng = jax.random.split(state.rng)

@@ -10,12 +10,17 @@ TWOSOME with `gamma_w < 1` (an ablation, not the paper's TWOSOME) discounts
 each action as if its n tokens were time steps, as NTPO does:
 d = gamma * gamma_w**(n - 1) * (1 - done) at the action's end.
 
+The scheme objects (`poad_jax.schemes`) implement what follows from the
+"stream element" column: batch layout, packing, streams, log-probs.
+
 All three then run the same token-level GAE scan (`poad_jax.backups`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+
+from poad_jax.schemes import ActionLevel, TokenLevel
 
 METHODS = ("poad", "ntpo", "twosome")
 
@@ -26,28 +31,42 @@ class UnknownMethodError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-    """A credit-assignment method.
+    """A credit-assignment method: a name and its credit scheme.
 
     Attributes:
       name: "poad", "ntpo" or "twosome".
-      token_level: True if a stream element is an action token.
-      gamma_w: the intra-action discount: per token for token-level methods;
-        for the action level, an action of n tokens is discounted by an
-        extra gamma_w**(n - 1) (1 for the paper's TWOSOME).
+      scheme: `TokenLevel(gamma_w)` or `ActionLevel(gamma_w, share_prompt)`.
     """
 
     name: str
-    token_level: bool
-    gamma_w: float
+    scheme: TokenLevel | ActionLevel
+
+    @property
+    def token_level(self) -> bool:
+        """True if a stream element is an action token."""
+        return self.scheme.token_level
+
+    @property
+    def gamma_w(self) -> float:
+        """The intra-action discount: per token for token-level methods; for the
+        action level, an action of n tokens is discounted by an extra
+        gamma_w**(n - 1) (1 for the paper's TWOSOME)."""
+        return self.scheme.gamma_w
+
+    @property
+    def share_prompt(self) -> bool:
+        """Action level: each state's prompt encoded once (see `schemes.ActionLevel`)."""
+        return getattr(self.scheme, "share_prompt", True)
 
 
-def make_method(name: str, gamma: float, gamma_w: float | None = None) -> Method:
+def make_method(name: str, gamma: float, gamma_w: float | None = None, share_prompt: bool = True) -> Method:
     """The method `name`; `gamma_w` overrides NTPO's intra-action discount (default gamma)
-    and TWOSOME's per-token discount of an action (default 1; POAD's is always 1)."""
+    and TWOSOME's per-token discount of an action (default 1; POAD's is always 1).
+    `share_prompt=False` gives TWOSOME's per-candidate computation (`schemes.ActionLevel`)."""
     if name == "poad":
-        return Method("poad", token_level=True, gamma_w=1.0)
+        return Method("poad", TokenLevel(gamma_w=1.0))
     if name == "ntpo":
-        return Method("ntpo", token_level=True, gamma_w=gamma if gamma_w is None else gamma_w)
+        return Method("ntpo", TokenLevel(gamma_w=gamma if gamma_w is None else gamma_w))
     if name == "twosome":
-        return Method("twosome", token_level=False, gamma_w=1.0 if gamma_w is None else gamma_w)
+        return Method("twosome", ActionLevel(gamma_w=1.0 if gamma_w is None else gamma_w, share_prompt=share_prompt))
     raise UnknownMethodError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}")

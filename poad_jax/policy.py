@@ -172,3 +172,114 @@ def head_values(graph: PolicyGraph, head_state, features: jax.Array) -> jax.Arra
     """V(features): `[..., H] -> [...]`."""
     head = nnx.merge(graph.head_graphdef, head_state)
     return head(features)
+
+
+# ---------------------------------------------------------------------------
+# Action level (TWOSOME): every candidate action of a state, prompt shared.
+
+
+def shared_prompt_visibility(prompt_len: int, num_candidates: int, action_len: int) -> jax.Array:
+    """`[1, T, T]` bool of a packed row `prompt | candidate 0 | ... | candidate K-1`
+    (T = P + K * A, each candidate in its own block of A columns): key column
+    s is visible to query column t iff s is a prompt column or s lies in t's
+    candidate block.  The model ANDs it with its causal rule and key mask, so
+    each candidate attends to the prompt and to its own earlier tokens, exactly
+    as it would in a row of its own.
+    """
+    columns = jnp.arange(prompt_len + num_candidates * action_len)
+    block = jnp.where(columns < prompt_len, -1, (columns - prompt_len) // action_len)
+    return ((block[None, :] == -1) | (block[None, :] == block[:, None]))[None]
+
+
+def shared_prompt_token_logprobs(
+    model: Llama,
+    prompt: jax.Array,
+    prompt_positions: jax.Array,
+    prompt_mask: jax.Array,
+    actions: jax.Array,
+    action_positions: jax.Array,
+    action_mask: jax.Array,
+    *,
+    use_lora: bool = True,
+    unstacked=None,
+) -> jax.Array:
+    """log p(action token j | prompt, action tokens < j) of K candidates per
+    prompt, the prompt encoded once: `[N, K, A]` (padding columns hold
+    meaningless values; callers mask them with `action_mask`).
+
+    Inputs: the prompt `[N, P]` (left padded, its positions and key mask) and
+    the candidates `[N, K, A]` (right padded, positions continuing the
+    prompt's, mask of real tokens).  The row `prompt | candidates` `[N, P + K A]`
+    runs through the model once with `shared_prompt_visibility`: the prompt's
+    activations (and, in the backward pass, their gradients) exist once per
+    state instead of once per candidate.  Token 0 of every candidate is read
+    from the prompt's last column, token j > 0 from its own column j - 1.
+    """
+    rows, num_candidates, action_len = actions.shape
+    prompt_len = prompt.shape[1]
+    flat = lambda x: x.reshape(rows, num_candidates * action_len)
+    tokens = jnp.concatenate([prompt, flat(actions)], axis=1)
+    positions = jnp.concatenate([prompt_positions, flat(action_positions)], axis=1)
+    key_mask = jnp.concatenate([prompt_mask, flat(action_mask)], axis=1)
+    visibility = shared_prompt_visibility(prompt_len, num_candidates, action_len)
+    hidden = model(
+        tokens, positions, key_mask, use_lora=use_lora, return_logits=False, unstacked=unstacked,
+        visibility=visibility,
+    ).hidden
+    first = jax.nn.log_softmax(model.logits(hidden[:, prompt_len - 1], unstacked), axis=-1)  # [N, V]
+    first = jnp.take_along_axis(first, actions[:, :, 0], axis=-1)  # [N, K]
+    within = hidden[:, prompt_len:].reshape(rows, num_candidates, action_len, -1)[:, :, :-1]
+    rest = jax.nn.log_softmax(model.logits(within, unstacked), axis=-1)  # [N, K, A - 1, V]
+    rest = jnp.take_along_axis(rest, actions[:, :, 1:, None], axis=-1)[..., 0]
+    logprobs = jnp.concatenate([first[..., None], rest], axis=-1)
+    chex.assert_shape(logprobs, (rows, num_candidates, action_len))
+    return logprobs
+
+
+def candidate_token_logprobs(
+    graph: PolicyGraph,
+    frozen: FrozenBase,
+    actor_lora,
+    tokens: jax.Array,
+    positions: jax.Array,
+    key_mask: jax.Array,
+    prompt_len: int,
+    share_prompt: bool = True,
+) -> jax.Array:
+    """`[N, K, A]` token log-probs (temperature 1, full vocabulary) of the K
+    candidate rows `[N, K, P + A]` of an action-level TokenBatch.
+
+    `share_prompt=True` encodes each state's prompt once
+    (`shared_prompt_token_logprobs`); `False` is the per-candidate
+    computation (every candidate row runs prompt + action through the model),
+    kept as the reference the shared one is tested against.  The rows of a
+    state must share their prompt columns (`rollout.pack_batch` makes them so).
+    """
+    rows, num_candidates, length = tokens.shape
+    if not share_prompt:
+        flat = lambda x: x.reshape(rows * num_candidates, length)
+        logprobs, _ = action_logprobs(
+            graph, frozen, actor_lora, flat(tokens), flat(positions), flat(key_mask), prompt_len, 1.0
+        )
+        return logprobs.reshape(rows, num_candidates, -1)
+    model = merge_model(graph, frozen, actor_lora)
+    return shared_prompt_token_logprobs(
+        model,
+        tokens[:, 0, :prompt_len], positions[:, 0, :prompt_len], key_mask[:, 0, :prompt_len],
+        tokens[:, :, prompt_len:], positions[:, :, prompt_len:], key_mask[:, :, prompt_len:],
+    )
+
+
+def action_level_log_policy(
+    token_logprobs: jax.Array, action_mask: jax.Array, normalizer: jax.Array, candidate_mask: jax.Array
+) -> jax.Array:
+    """TWOSOME's policy over the candidates, `[N, K]` log-probs (0 on padding candidates):
+
+        log pi(a_k) = log_softmax_k( sum_j log p(w_kj) / normalizer_k )
+
+    over the real candidates (`candidate_mask`), from token log-probs `[N, K, A]`.
+    """
+    scores = jnp.sum(jnp.where(action_mask, token_logprobs, 0.0), axis=-1) / normalizer
+    scores = jnp.where(candidate_mask, scores, -jnp.inf)
+    log_pi = jax.nn.log_softmax(scores, axis=-1)
+    return jnp.where(candidate_mask, log_pi, 0.0)

@@ -32,9 +32,11 @@ import numpy as np
 
 from envs_py import Observation, VectorEnv
 from poad_jax.methods import Method
-from poad_jax.policy import FrozenBase, PolicyGraph, action_logprobs, base_features, head_values, merge_model
+from poad_jax.layout import ACTION_BUCKETS, PROMPT_BUCKETS, bucket_size
+from poad_jax.policy import FrozenBase, PolicyGraph, base_features, head_values, merge_model
 from poad_jax.sampling import Sampler, SamplingConfig
-from poad_jax.token_batch import TokenBatch, allowed_next_tokens, pack_rows, round_up_to_bucket
+from poad_jax.schemes import ArraysView
+from poad_jax.token_batch import TokenBatch, pack_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +49,8 @@ class RolloutConfig:
     restricted_sampling: str = "trie"  # "trie" or "action_scores"
     twosome_normalization: str = "token"  # "token" or "word"
     sampling: SamplingConfig = SamplingConfig()
-    prompt_buckets: tuple[int, ...] = (32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048)
-    action_buckets: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256)
+    prompt_buckets: tuple[int, ...] = PROMPT_BUCKETS
+    action_buckets: tuple[int, ...] = ACTION_BUCKETS
 
 
 @dataclasses.dataclass
@@ -210,7 +212,7 @@ class RolloutCollector:
             raise ValueError("all env threads must be either restricted or free-form")
         records = []
         if not restricted[0]:
-            if not self.method.token_level:
+            if self.method.scheme.scores_candidates:
                 raise ValueError("TWOSOME needs a restricted action set; this environment is free-form")
             generation = self.sampler.generate(model, prompts, rng, self.config.sampling, self.tokenizer)
             for prompt, tokens in zip(prompts, generation.tokens):
@@ -219,17 +221,17 @@ class RolloutCollector:
             return records
 
         candidates = [self._candidate_tokens(obs) for obs in observations]
-        use_scores = (not self.method.token_level) or self.config.restricted_sampling == "action_scores"
+        use_scores = self.method.scheme.scores_candidates or self.config.restricted_sampling == "action_scores"
         if self.config.restricted_sampling not in ("trie", "action_scores"):
             raise ValueError(
                 f"restricted_sampling must be 'trie' or 'action_scores', got {self.config.restricted_sampling!r}"
             )
         if use_scores:
-            for prompt, cands, obs in zip(prompts, candidates, observations):
-                scores = self.sampler.score_actions(
-                    model, prompt, cands, normalization=self.config.twosome_normalization,
-                    action_texts=list(obs.actions),
-                )
+            all_scores = self.sampler.score_actions_batch(
+                model, prompts, candidates, normalization=self.config.twosome_normalization,
+                action_texts=[list(obs.actions) for obs in observations],
+            )
+            for prompt, cands, obs, scores in zip(prompts, candidates, observations, all_scores):
                 probs = np.asarray(scores.probs, np.float64)
                 if self.config.sampling.temperature == 0:  # greedy evaluation
                     choice = int(np.argmax(probs))
@@ -305,59 +307,12 @@ def pack_batch(
     """
     num_threads = len(steps[0])
     rows = [steps[t][b] for b in range(num_threads) for t in range(len(steps))]
-    prompt_len = round_up_to_bucket(
+    prompt_len = bucket_size(
         max(max(len(r.prompt) for r in rows), max(len(p) for p in next_prompts)), config.prompt_buckets
     )
     rewards = np.array([r.reward for r in rows], np.float32)
     dones = np.array([r.done for r in rows], bool)
-    if method.token_level:
-        action_len = round_up_to_bucket(max(len(r.action_tokens) for r in rows), config.action_buckets)
-        arrays = pack_rows([r.prompt for r in rows], [r.action_tokens for r in rows], prompt_len, action_len, pad_id)
-        arrays.update(
-            chosen=np.zeros(len(rows), np.int32),
-            candidate_mask=np.ones((len(rows), 1), bool),
-            normalizer=np.ones((len(rows), 1), np.float32),
-        )
-        constrained = rows[0].candidates is not None and config.restricted_sampling == "trie"
-        width = 1
-        if constrained:
-            width = round_up_to_bucket(max(len(r.candidates) for r in rows), (1, 2, 4, 8, 16, 32, 64, 128))
-        allowed_tokens = np.zeros((len(rows), action_len, width), np.int32)
-        allowed_mask = np.zeros((len(rows), action_len, width), bool)
-        if constrained:
-            for n, r in enumerate(rows):
-                allowed_tokens[n], allowed_mask[n] = allowed_next_tokens(
-                    r.action_tokens, r.candidates, action_len, width
-                )
-        arrays.update(allowed_tokens=allowed_tokens, allowed_mask=allowed_mask)
-    else:
-        num_candidates = max(len(r.candidates) for r in rows)
-        action_len = round_up_to_bucket(
-            max(len(c) for r in rows for c in r.candidates), config.action_buckets
-        )
-        prompts, actions = [], []
-        candidate_mask = np.zeros((len(rows), num_candidates), bool)
-        normalizer = np.ones((len(rows), num_candidates), np.float32)
-        for n, r in enumerate(rows):
-            for k in range(num_candidates):
-                k_real = min(k, len(r.candidates) - 1)  # pad candidates repeat the last one, masked out
-                prompts.append(r.prompt)
-                actions.append(r.candidates[k_real])
-                if k < len(r.candidates):
-                    candidate_mask[n, k] = True
-                    if config.twosome_normalization == "word":
-                        normalizer[n, k] = max(len(r.candidate_texts[k].split()), 1)
-                    else:
-                        normalizer[n, k] = max(len(r.candidates[k]), 1)
-        flat = pack_rows(prompts, actions, prompt_len, action_len, pad_id)
-        arrays = {key: value.reshape(len(rows), num_candidates, -1) for key, value in flat.items()}
-        arrays.update(
-            chosen=np.array([r.chosen for r in rows], np.int32),
-            candidate_mask=candidate_mask,
-            normalizer=normalizer,
-            allowed_tokens=np.zeros((len(rows), 1, 1), np.int32),
-            allowed_mask=np.zeros((len(rows), 1, 1), bool),
-        )
+    arrays = method.scheme.pack(rows, prompt_len, config, pad_id)
     arrays.update(rewards=rewards, dones=dones)
     next_arrays = pack_rows(next_prompts, [[pad_id]] * num_threads, prompt_len, 1, pad_id)
     return arrays, next_arrays
@@ -381,35 +336,16 @@ def behaviour_statistics(
     Computed with the learner's own functions (`policy.py`), so the first
     PPO ratio of an update is exactly 1.
     """
-    tokens, positions, key_mask = arrays["tokens"], arrays["positions"], arrays["key_mask"]
-    prompt_len = tokens.shape[-1] - arrays["action_mask"].shape[-1]
+    scheme = method.scheme
+    batch = ArraysView(arrays)
     critic_lora = params.get("critic_lora", params["actor"])
     use_critic_lora = critic_kind == "lora"
-
-    def features_of(tok, pos, mask, p_len):
-        return base_features(graph, frozen, critic_lora, tok, pos, mask, p_len, use_lora=use_critic_lora)
-
-    if method.token_level:
-        old_logprobs, _ = action_logprobs(
-            graph, frozen, params["actor"], tokens, positions, key_mask, prompt_len, temperature,
-            arrays["allowed_tokens"], arrays["allowed_mask"],
-        )
-        features = features_of(tokens, positions, key_mask, prompt_len)
-    else:
-        rows, candidates, length = tokens.shape
-        flat = lambda x: x.reshape(rows * candidates, length)
-        token_logprobs, _ = action_logprobs(
-            graph, frozen, params["actor"], flat(tokens), flat(positions), flat(key_mask), prompt_len, 1.0
-        )
-        token_logprobs = token_logprobs.reshape(rows, candidates, -1)
-        scores = jnp.sum(jnp.where(arrays["action_mask"], token_logprobs, 0.0), -1) / arrays["normalizer"]
-        scores = jnp.where(arrays["candidate_mask"], scores, -jnp.inf)
-        log_pi = jax.nn.log_softmax(scores, axis=-1)
-        old_logprobs = jnp.take_along_axis(log_pi, arrays["chosen"][:, None], axis=-1)[:, 0]
-        features = features_of(tokens[:, 0], positions[:, 0], key_mask[:, 0], prompt_len)[:, 0]
+    old_logprobs, _ = scheme.policy(graph, frozen, params["actor"], batch, temperature)
+    features = scheme.critic_features(graph, frozen, critic_lora, batch, use_critic_lora)
     old_values = head_values(graph, value_head, features)
-    next_features = features_of(
-        next_arrays["tokens"], next_arrays["positions"], next_arrays["key_mask"], prompt_len
+    next_features = base_features(
+        graph, frozen, critic_lora, next_arrays["tokens"], next_arrays["positions"], next_arrays["key_mask"],
+        batch.prompt_len, use_lora=use_critic_lora,
     )[:, 0]
     bootstrap_value = head_values(graph, value_head, next_features)
     return {
@@ -421,6 +357,9 @@ def behaviour_statistics(
 
 
 def make_token_batch(arrays: dict[str, np.ndarray], stats: dict[str, jax.Array]) -> TokenBatch:
+    """The TokenBatch of packed arrays and their behaviour statistics; the fields
+    of the other scheme's layout (absent from `arrays`) are None."""
+    optional = ("chosen", "candidate_mask", "normalizer", "allowed_tokens", "allowed_mask")
     return TokenBatch(
         tokens=jnp.asarray(arrays["tokens"]),
         positions=jnp.asarray(arrays["positions"]),
@@ -432,11 +371,7 @@ def make_token_batch(arrays: dict[str, np.ndarray], stats: dict[str, jax.Array])
         old_values=stats["old_values"],
         features=stats["features"],
         bootstrap_value=stats["bootstrap_value"],
-        chosen=jnp.asarray(arrays["chosen"]),
-        candidate_mask=jnp.asarray(arrays["candidate_mask"]),
-        normalizer=jnp.asarray(arrays["normalizer"]),
-        allowed_tokens=jnp.asarray(arrays["allowed_tokens"]),
-        allowed_mask=jnp.asarray(arrays["allowed_mask"]),
+        **{name: jnp.asarray(arrays[name]) if name in arrays else None for name in optional},
     )
 
 

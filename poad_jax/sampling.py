@@ -33,14 +33,24 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from poad_jax.layout import (  # noqa: F401  (bucket_size is part of this module's API)
+    ACTION_BUCKETS,
+    COUNT_BUCKETS,
+    PROMPT_BUCKETS,
+    action_trie,
+    bucket_size,
+    next_power_of_two,
+    positions_from_mask,
+)
 from poad_jax.models.llama import KVCache, init_cache, unstack_weights
+from poad_jax.policy import action_level_log_policy, shared_prompt_token_logprobs
 
 FINISH_STOP_TOKEN = "stop_token"
 FINISH_STOP_STRING = "stop_string"
 FINISH_LENGTH = "length"
 NORMALIZATIONS = ("token", "word", "none")
-DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-DEFAULT_PROMPT_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048)
+DEFAULT_BATCH_BUCKETS = COUNT_BUCKETS
+DEFAULT_PROMPT_BUCKETS = PROMPT_BUCKETS
 STOP_STRING_CHUNK = 16  # decode steps between host-side stop-string checks
 
 
@@ -172,26 +182,8 @@ def sample_tokens(
     return tokens, logprobs
 
 
-def left_padded_positions(mask: jax.Array) -> jax.Array:
-    """`[B, P]` int32 positions: count of real tokens before each slot, clipped at 0."""
-    return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
-
-
 # ---------------------------------------------------------------------------
 # Host-side helpers (NumPy).
-
-
-def bucket_size(n: int, buckets: Sequence[int]) -> int:
-    """Smallest bucket >= n; beyond the largest, the next multiple of the largest."""
-    for b in buckets:
-        if n <= b:
-            return b
-    largest = buckets[-1]
-    return -(-n // largest) * largest
-
-
-def next_power_of_two(n: int, minimum: int = 1) -> int:
-    return max(minimum, 1 << max(0, (n - 1).bit_length()))
 
 
 def left_pad(prompts: Sequence[Sequence[int]], batch: int, length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -239,37 +231,7 @@ def build_action_tries(
     """
     rows = [[[int(t) for t in a] for a in row] for row in candidates]
     rows += [[[0]]] * (batch - len(rows))
-    tries = []  # per row: nodes as [children {token: node}, action or -1, depth]
-    for b, actions in enumerate(rows):
-        if not actions:
-            raise ValueError(f"row {b} has no candidate actions")
-        nodes: list[list[Any]] = [[{}, -1, 0]]
-        for index, action in enumerate(actions):
-            if not action:
-                raise ValueError(f"row {b}: candidate action {index} is empty")
-            node = 0
-            for token in action:
-                children = nodes[node][0]
-                if token not in children:
-                    children[token] = len(nodes)
-                    nodes.append([{}, -1, nodes[node][2] + 1])
-                node = children[token]
-            if nodes[node][1] < 0:
-                nodes[node][1] = index
-        for node in list(nodes):
-            children, action, depth = node
-            if action >= 0 and children:
-                if end_token_id is None:
-                    raise ValueError(
-                        f"row {b}: candidate action {action} is a prefix of another; "
-                        "pass end_token_id (e.g. the EOS id) or append an end token to every action"
-                    )
-                if end_token_id in children:
-                    raise ValueError(f"row {b}: end_token_id {end_token_id} also continues an action")
-                children[end_token_id] = len(nodes)
-                nodes.append([{}, action, depth + 1])
-                node[1] = -1
-        tries.append(nodes)
+    tries = [action_trie(actions, end_token_id, b) for b, actions in enumerate(rows)]
     n_nodes = next_power_of_two(max(len(t) for t in tries), 8)
     n_edges = next_power_of_two(max(len(n[0]) for t in tries for n in t), 4)
     edge_token = np.zeros((batch, n_nodes, n_edges), np.int32)
@@ -332,7 +294,7 @@ def _prefill(
     batch, length = tokens.shape
     cache = init_cache(model.config, batch, cache_length, cache_dtype)
     key_mask = jnp.concatenate([mask, jnp.ones((batch, cache_length - length), bool)], axis=1)
-    positions = left_padded_positions(mask)
+    positions = positions_from_mask(mask)
     if length > 1:
         out = model(tokens[:, :-1], positions[:, :-1], key_mask, cache, return_logits=False, unstacked=unstacked,
                     empty_cache=True)
@@ -434,41 +396,44 @@ def _constrained_loop(model, unstacked, carry, rng, trie, temperature, max_steps
     return jax.lax.while_loop(cond, body, carry)
 
 
-def _action_token_logprobs(model, unstacked, prompt, prompt_mask, actions, action_mask, cache_dtype) -> jax.Array:
-    """`[A, La]` log p(action token j | prompt, action tokens < j) (0 on padding).
+def _score_candidates(model, unstacked, prompt, prompt_mask, actions, action_mask, normalizer, candidate_mask):
+    """TWOSOME scores of K candidates per prompt, each prompt encoded once.
 
-    The prompt `[1, P]` (left-padded) is run once into a cache, the cache is
-    broadcast to the A actions, and the right-padded actions `[A, La]` run in
-    one forward on top of it.
+    prompt `[B, P]` (left padded), actions `[B, K, A]` (right padded),
+    normalizer and candidate_mask `[B, K]`.  Returns (sums of token log-probs,
+    normalised scores, log pi) `[B, K]`, log pi from
+    `policy.action_level_log_policy`, the learner's own function.
     """
-    n_actions, action_length = actions.shape
-    length = prompt.shape[1]
-    cache = init_cache(model.config, 1, length + action_length, cache_dtype)
-    key_mask = jnp.concatenate([prompt_mask, jnp.ones((1, action_length), bool)], axis=1)
-    out = model(prompt, left_padded_positions(prompt_mask), key_mask, cache, return_logits=False,
-                unstacked=unstacked, empty_cache=True)
-    first_logits = model.logits(out.hidden[:, -1], unstacked)  # [1, V]
-    shared = KVCache(
-        jnp.broadcast_to(out.cache.k, (out.cache.k.shape[0], n_actions, *out.cache.k.shape[2:])),
-        jnp.broadcast_to(out.cache.v, (out.cache.v.shape[0], n_actions, *out.cache.v.shape[2:])),
-        out.cache.index,
+    prompt_positions = positions_from_mask(prompt_mask)
+    n_prompt = jnp.sum(prompt_mask, axis=-1).astype(jnp.int32)
+    action_positions = n_prompt[:, None, None] + jnp.arange(actions.shape[-1], dtype=jnp.int32)
+    action_positions = jnp.broadcast_to(action_positions, actions.shape)
+    token_logprobs = shared_prompt_token_logprobs(
+        model, prompt, prompt_positions, prompt_mask, actions, action_positions, action_mask, unstacked=unstacked
     )
-    action_key_mask = jnp.concatenate([jnp.broadcast_to(prompt_mask, (n_actions, length)), action_mask], axis=1)
-    n_prompt = jnp.sum(prompt_mask).astype(jnp.int32)
-    positions = jnp.broadcast_to(n_prompt + jnp.arange(action_length, dtype=jnp.int32), actions.shape)
-    out = model(actions, positions, action_key_mask, shared, return_logits=False, unstacked=unstacked)
-    # Token j of an action is predicted by the hidden state before it: the
-    # prompt's last slot for j = 0, action slot j - 1 otherwise.
-    logits = jnp.concatenate(
-        [
-            jnp.broadcast_to(first_logits[:, None], (n_actions, 1, first_logits.shape[-1])),
-            model.logits(out.hidden[:, :-1], unstacked),
-        ],
-        axis=1,
-    )  # [A, La, V]
-    logprobs = jax.nn.log_softmax(logits, axis=-1)
-    chosen = jnp.take_along_axis(logprobs, actions[..., None], axis=-1)[..., 0]
-    return jnp.where(action_mask, chosen, 0.0)
+    sums = jnp.sum(jnp.where(action_mask, token_logprobs, 0.0), axis=-1)
+    log_pi = action_level_log_policy(token_logprobs, action_mask, normalizer, candidate_mask)
+    return sums, sums / normalizer, log_pi
+
+
+def action_normalizers(
+    actions: Sequence[Sequence[int]], action_texts: Sequence[str] | None, normalization: str
+) -> np.ndarray:
+    """TWOSOME's normaliser of each candidate action, `[K]` float32: its token
+    count ("token"), the whitespace-separated words of its text ("word") or 1
+    ("none").  The one implementation the sampler and `rollout.pack_batch` use."""
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+    if normalization == "word":
+        if action_texts is None or len(action_texts) != len(actions):
+            raise ValueError("normalization='word' needs action_texts, one string per action")
+        counts = np.array([len(t.split()) for t in action_texts], np.float32)
+        if np.any(counts == 0):
+            raise ValueError("normalization='word': an action text has no words")
+        return counts
+    if normalization == "token":
+        return np.array([len(a) for a in actions], np.float32)
+    return np.ones(len(actions), np.float32)
 
 
 # ---------------------------------------------------------------------------
@@ -544,15 +509,17 @@ class Sampler:
             model = nnx.merge(graphdef.graphdef, state)
             return _constrained_loop(model, unstacked, carry, rng, trie, temperature, max_steps)
 
-        def score(graphdef, state, unstacked, prompt, prompt_mask, actions, action_mask, cache_dtype):
+        def score(graphdef, state, unstacked, prompt, prompt_mask, actions, action_mask, normalizer, candidate_mask):
             self.compile_count += 1
             model = nnx.merge(graphdef.graphdef, state)
-            return _action_token_logprobs(model, unstacked, prompt, prompt_mask, actions, action_mask, cache_dtype)
+            return _score_candidates(
+                model, unstacked, prompt, prompt_mask, actions, action_mask, normalizer, candidate_mask
+            )
 
         self._prefill = jax.jit(prefill, static_argnums=(0, 6, 7, 8))
         self._decode = jax.jit(decode, static_argnums=(0, 6, 7, 8, 9), donate_argnums=(3,))
         self._constrained = jax.jit(constrained, static_argnums=(0, 6, 7), donate_argnums=(3,))
-        self._score = jax.jit(score, static_argnums=(0, 7))
+        self._score = jax.jit(score, static_argnums=(0,))
 
     # -- helpers -------------------------------------------------------------
 
@@ -749,45 +716,72 @@ class Sampler:
         normalization: str = "token",
         action_texts: Sequence[str] | None = None,
     ) -> ActionScores:
-        """TWOSOME: log p(action | prompt) of every candidate in one forward.
+        """TWOSOME: log p(action | prompt) of every candidate, the prompt encoded once.
 
         normalized = sum of token log-probs / (token count | word count | 1),
         probs = softmax(normalized).  "word" counts whitespace-separated words
-        of `action_texts`.
+        of `action_texts`.  (`score_actions_batch` for several prompts.)
+        """
+        texts = None if action_texts is None else [action_texts]
+        return self.score_actions_batch(model, [prompt], [actions], normalization, texts)[0]
+
+    def score_actions_batch(
+        self,
+        model,
+        prompts: Sequence[Sequence[int]],
+        actions: Sequence[Sequence[Sequence[int]]],
+        normalization: str = "token",
+        action_texts: Sequence[Sequence[str]] | None = None,
+    ) -> list[ActionScores]:
+        """`score_actions` of several prompts (each with its own candidates) in one call.
+
+        One row per prompt, `prompt | candidate 0 | ... | candidate K-1`, runs
+        through the model once (`policy.shared_prompt_token_logprobs`, the
+        learner's function); prompts, candidate counts and candidate lengths
+        are bucketed.
         """
         if normalization not in NORMALIZATIONS:
             raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
-        (prompt,) = self._check_ids([prompt], model.config.vocab_size)
-        if len(actions) == 0:
-            raise ValueError("actions must be a non-empty sequence of token-id sequences")
-        actions = self._check_ids(actions, model.config.vocab_size, "action")
-        if normalization == "word":
-            if action_texts is None or len(action_texts) != len(actions):
-                raise ValueError("normalization='word' needs action_texts, one string per action")
-            counts = np.array([len(t.split()) for t in action_texts], np.float32)
-            if np.any(counts == 0):
-                raise ValueError("normalization='word': an action text has no words")
-        elif normalization == "token":
-            counts = np.array([len(a) for a in actions], np.float32)
-        else:
-            counts = np.ones(len(actions), np.float32)
+        prompts = self._check_ids(prompts, model.config.vocab_size)
+        if len(actions) != len(prompts):
+            raise ValueError(f"got {len(actions)} candidate lists for {len(prompts)} prompts")
+        if action_texts is not None and len(action_texts) != len(prompts):
+            raise ValueError(f"got {len(action_texts)} action text lists for {len(prompts)} prompts")
+        rows, normalizers = [], []
+        for b, row in enumerate(actions):
+            if isinstance(row, (str, bytes)) or len(row) == 0:
+                raise ValueError("actions must be a non-empty sequence of token-id sequences")
+            row = self._check_ids(row, model.config.vocab_size, "action")
+            texts = None if action_texts is None else action_texts[b]
+            normalizers.append(action_normalizers(row, texts, normalization))
+            rows.append(row)
         graphdef, state = self._split(model)
-        length = bucket_size(len(prompt), self.prompt_buckets)
-        n_actions = bucket_size(len(actions), self.batch_buckets)
-        action_length = next_power_of_two(max(len(a) for a in actions), 8)
-        prompt_tokens, prompt_mask = left_pad([prompt], 1, length)
-        action_tokens = np.zeros((n_actions, action_length), np.int32)
-        action_mask = np.zeros((n_actions, action_length), bool)
-        for i, action in enumerate(actions):
-            action_tokens[i, : len(action)] = action
-            action_mask[i, : len(action)] = True
-        token_logprobs = self._score(
+        batch = bucket_size(len(prompts), self.batch_buckets)
+        length = bucket_size(max(len(p) for p in prompts), self.prompt_buckets)
+        n_actions = bucket_size(max(len(r) for r in rows), self.batch_buckets)
+        action_length = bucket_size(max(len(a) for r in rows for a in r), ACTION_BUCKETS)
+        prompt_tokens, prompt_mask = left_pad(prompts, batch, length)
+        action_tokens = np.zeros((batch, n_actions, action_length), np.int32)
+        action_mask = np.zeros((batch, n_actions, action_length), bool)
+        normalizer = np.ones((batch, n_actions), np.float32)
+        candidate_mask = np.zeros((batch, n_actions), bool)
+        for b, row in enumerate(rows):
+            for i, action in enumerate(row):
+                action_tokens[b, i, : len(action)] = action
+                action_mask[b, i, : len(action)] = True
+            normalizer[b, : len(row)] = normalizers[b]
+            candidate_mask[b, : len(row)] = True
+        sums, normalized, log_pi = self._score(
             graphdef, state, self._unstacked_weights(model), jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask),
-            jnp.asarray(action_tokens), jnp.asarray(action_mask), self._cache_dtype(model),
+            jnp.asarray(action_tokens), jnp.asarray(action_mask), jnp.asarray(normalizer),
+            jnp.asarray(candidate_mask),
         )
-        sums = np.asarray(jnp.sum(token_logprobs, axis=-1))[: len(actions)].astype(np.float32)
-        normalized = (sums / counts).astype(np.float32)
-        shifted = np.exp(normalized - normalized.max())
-        probs = (shifted / shifted.sum()).astype(np.float32)
-        chex.assert_shape([sums, normalized, probs], (len(actions),))
-        return ActionScores(sums, normalized, probs)
+        sums, normalized, probs = np.asarray(sums), np.asarray(normalized), np.exp(np.asarray(log_pi))
+        out = []
+        for b, row in enumerate(rows):
+            k = len(row)
+            scores = ActionScores(sums[b, :k].astype(np.float32), normalized[b, :k].astype(np.float32),
+                                  probs[b, :k].astype(np.float32))
+            chex.assert_shape([scores.token_logprob_sums, scores.normalized_logprobs, scores.probs], (k,))
+            out.append(scores)
+        return out

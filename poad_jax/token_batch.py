@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from poad_jax.layout import positions_from_mask
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
@@ -38,15 +40,20 @@ class TokenBatch:
       old_values: `[N, A]` or `[N]`: V(o, w^{<j}) or V(o).
       features: `[N, A, H]` or `[N, H]`: the critic head's input.
       bootstrap_value: `[B]`: V of each thread's next observation.
-      chosen: `[N]` int32, index of the taken candidate (action level), else zeros.
-      candidate_mask: `[N, K]` bool (action level), else `[N, 1]` ones.
+      chosen: `[N]` int32, index of the taken candidate (action level; None
+        at the token level).
+      candidate_mask: `[N, K]` bool, real candidates (action level; else None).
       normalizer: `[N, K]` float32, token or word count of each candidate
-        (action level), else `[N, 1]` ones.
-      allowed_tokens: `[N, A, M]` int32, for trie-constrained actions the
-        token ids that could follow the action's prefix at each action column.
+        (action level; else None).
+      allowed_tokens: `[N, A, M]` int32 (token level; None at the action
+        level): for trie-constrained actions the token ids that could follow
+        the action's prefix at each action column.
       allowed_mask: `[N, A, M]` bool; a column with no True is unconstrained
         (full vocabulary: free-form actions, or the paper code's raw-token
-        optimisation).
+        optimisation).  Token level; else None.
+
+    Which fields a batch has, and what they mean, is the method's credit
+    scheme's (`poad_jax.schemes`): it packs them and reads them.
     """
 
     tokens: jax.Array
@@ -59,11 +66,11 @@ class TokenBatch:
     old_values: jax.Array
     features: jax.Array
     bootstrap_value: jax.Array
-    chosen: jax.Array
-    candidate_mask: jax.Array
-    normalizer: jax.Array
-    allowed_tokens: jax.Array
-    allowed_mask: jax.Array
+    chosen: jax.Array | None = None
+    candidate_mask: jax.Array | None = None
+    normalizer: jax.Array | None = None
+    allowed_tokens: jax.Array | None = None
+    allowed_mask: jax.Array | None = None
 
     @property
     def num_rows(self) -> int:
@@ -80,15 +87,6 @@ class TokenBatch:
     @property
     def num_threads(self) -> int:
         return self.bootstrap_value.shape[0]
-
-
-def round_up_to_bucket(length: int, buckets: tuple[int, ...]) -> int:
-    """The smallest bucket >= length (or length rounded up to the last bucket's multiple)."""
-    for bucket in buckets:
-        if length <= bucket:
-            return bucket
-    step = buckets[-1]
-    return -(-length // step) * step
 
 
 def pack_rows(
@@ -116,26 +114,8 @@ def pack_rows(
         tokens[n, prompt_len : prompt_len + len(action)] = action
         key_mask[n, prompt_len : prompt_len + len(action)] = True
         action_mask[n, : len(action)] = True
-    positions = np.maximum(np.cumsum(key_mask, axis=1) - 1, 0).astype(np.int32)
+    positions = positions_from_mask(key_mask)
     return {"tokens": tokens, "positions": positions, "key_mask": key_mask, "action_mask": action_mask}
-
-
-def allowed_next_tokens(
-    chosen: list[int], candidates: list[list[int]], action_len: int, width: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The trie's branching at each column of the chosen action.
-
-    Column j of the result lists the distinct tokens c[j] of the candidates c
-    that share the chosen action's first j tokens: the tokens the trie
-    sampler could pick there.  Returns (`[A, width]` ids, `[A, width]` mask).
-    """
-    tokens = np.zeros((action_len, width), np.int32)
-    mask = np.zeros((action_len, width), bool)
-    for j in range(len(chosen)):
-        options = sorted({c[j] for c in candidates if len(c) > j and c[:j] == chosen[:j]})
-        tokens[j, : len(options)] = options
-        mask[j, : len(options)] = True
-    return tokens, mask
 
 
 def token_streams(batch: TokenBatch) -> dict[str, jax.Array]:

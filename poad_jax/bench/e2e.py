@@ -11,12 +11,24 @@ The first update includes the compilations of the sampler and the learner;
 with two or more updates the table also gives the warm figure (updates
 after the first).  Config overrides use the training CLI's syntax:
 `--config.model=tiny-random --config.num_threads=2`.
+
+Side by side: `--versus=<overrides>` runs a second configuration (the same
+arguments plus the comma-separated overrides, e.g.
+`--versus=config.method=twosome` or `--versus=share_prompt=false`), each side
+in its own subprocess (`--rounds=N` alternates them N times and takes
+medians), and prints the ratio of the second's seconds per 1k env steps to
+the first's.  `--share_prompt=false` gives TWOSOME's per-candidate
+computation (every candidate runs the whole prompt again) instead of one
+prompt encoding per state.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,8 +45,84 @@ def parse(argv: list[str]):
     flags.DEFINE_integer("updates", 2, "PPO updates to run (one rollout each).", flag_values=values)
     flags.DEFINE_string("workdir", "", "Run directory (default: a temporary one, removed afterwards).",
                         flag_values=values)
+    flags.DEFINE_bool("share_prompt", True, "TWOSOME: encode each state's prompt once (false: per candidate).",
+                      flag_values=values)
+    flags.DEFINE_string("versus", "", "Comma-separated overrides of a second side, e.g. config.method=twosome.",
+                        flag_values=values)
+    flags.DEFINE_integer("rounds", 1, "Side by side: times each side runs (alternating); medians are reported.",
+                         flag_values=values)
     values(["e2e", *argv])
     return values
+
+
+def versus_argv(argv: list[str], versus: str) -> list[str]:
+    """The second side's arguments: the first's, minus side-by-side flags, plus `--<override>` each."""
+    own = ("--versus", "--rounds")
+    base = [a for a in argv if not any(a == f or a.startswith(f + "=") for f in own)]
+    overrides = [item.strip() for item in versus.split(",") if item.strip()]
+    bad = [item for item in overrides if "=" not in item]
+    if bad:
+        raise ValueError(f"--versus items must be key=value, got {bad[0]!r}")
+    return base + [f"--{item.lstrip('-')}" for item in overrides]
+
+
+def run_side(argv: list[str]) -> dict:
+    """One side in a fresh interpreter; its output passes through; returns its JSON summary."""
+    command = [sys.executable, "-m", "poad_jax.bench", "e2e", *argv]
+    print("$ " + " ".join(command[1:]), flush=True)
+    lines = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
+        for line in process.stdout:
+            print(line, end="", flush=True)
+            lines.append(line)
+    if process.returncode != 0 or not lines:
+        raise RuntimeError(f"side failed with status {process.returncode}: {' '.join(argv)}")
+    return json.loads(lines[-1])
+
+
+def side_by_side(argv: list[str], versus: str, rounds: int) -> int:
+    """Runs both sides `rounds` times (A B A B ...) and prints the B / A ratio of the medians."""
+    try:
+        sides = {"A": [a for a in argv if not a.startswith(("--versus", "--rounds"))],
+                 "B": versus_argv(argv, versus)}
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    results: dict[str, list[dict]] = {"A": [], "B": []}
+    for _ in range(rounds):
+        for name, side_argv in sides.items():
+            try:
+                results[name].append(run_side(side_argv))
+            except RuntimeError as error:
+                print(f"error: {error}", file=sys.stderr)
+                return 1
+    median = {name: statistics.median(r["s_per_1k_env_steps"] for r in runs) for name, runs in results.items()}
+    phases = (*PHASES, "other")
+    by_phase = {
+        name: {p: statistics.median(r["s_per_1k_by_phase"][p] for r in runs) for p in phases}
+        for name, runs in results.items()
+    }
+    label = {name: f"{runs[0]['method']}{'' if runs[0]['share_prompt'] else ' (per candidate)'}"
+             for name, runs in results.items()}
+    print(f"\nside by side, median of {rounds} round(s), s per 1k env steps "
+          f"({'warm' if results['A'][0]['warm'] else 'cold'}):")
+    print(f"{'':32s} {'whole':>10s} " + " ".join(f"{p:>10s}" for p in phases))
+    for name in ("A", "B"):
+        print(f"{name + ': ' + label[name]:32s} {median[name]:10.1f} "
+              + " ".join(f"{by_phase[name][p]:10.1f}" for p in phases))
+    ratio = median["B"] / median["A"]
+    print(f"{'B / A':32s} {ratio:10.2f} " + " ".join(
+        f"{by_phase['B'][p] / by_phase['A'][p]:10.2f}" if by_phase["A"][p] > 0 else f"{'-':>10s}" for p in phases))
+    print(f"B = A + {versus}")
+    print(json.dumps({
+        "bench": "e2e_versus",
+        "versus": versus,
+        "rounds": rounds,
+        "a": {"label": label["A"], "s_per_1k_env_steps": round(median["A"], 2)},
+        "b": {"label": label["B"], "s_per_1k_env_steps": round(median["B"], 2)},
+        "ratio_b_over_a": round(ratio, 3),
+    }))
+    return 0
 
 
 def summarise(records: list[dict]) -> dict:
@@ -60,8 +148,13 @@ def main(argv: list[str]) -> int:
     except Exception as error:  # absl's flag errors: one line, usage status
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if values.versus:
+        if int(values.rounds) < 1:
+            print("error: --rounds must be >= 1", file=sys.stderr)
+            return 2
+        return side_by_side(argv, values.versus, int(values.rounds))
     from poad_jax import logging as run_logging
-    from poad_jax import train
+    from poad_jax import methods, train
 
     config = values.config
     updates = int(values.updates)
@@ -86,6 +179,9 @@ def main(argv: list[str]) -> int:
         return original_log(self, record)
 
     run_logging.MetricsLogger.log = timed_log
+    # train.run builds its method with make_method; the bench chooses TWOSOME's computation.
+    original_make_method = train.make_method
+    train.make_method = functools.partial(methods.make_method, share_prompt=bool(values.share_prompt))
     with tempfile.TemporaryDirectory() as scratch:
         workdir = pathlib.Path(values.workdir or pathlib.Path(scratch) / "run")
         marks["last"] = time.perf_counter()
@@ -97,6 +193,7 @@ def main(argv: list[str]) -> int:
             return 2
         finally:
             run_logging.MetricsLogger.log = original_log
+            train.make_method = original_make_method
         total_s = time.perf_counter() - start
     records = [r for r in result.records if "seconds_wall" in r]  # not those of a resumed run
     if not records:
@@ -107,7 +204,10 @@ def main(argv: list[str]) -> int:
     warm = summarise(records[1:]) if len(records) > 1 else None
     peak = max(r["peak_rss_mb"] for r in records)
 
-    print(f"e2e: {config.name} ({config.env.name}), model {config.model}, method {config.method}, "
+    sharing = "" if config.method != "twosome" else (
+        ", prompt shared" if values.share_prompt else ", per-candidate prompts")
+    print(f"e2e: {config.name} ({config.env.name}), model {config.model}, method {config.method}{sharing}, "
+          f"matmuls {config.get('matmul_dtype', 'float32')}, "
           f"{config.num_threads} threads x {config.rollout_length} steps per update, "
           f"max_new_tokens {config.sampling.max_new_tokens}, {len(records)} updates, CPU")
     header = f"{'':24s} {'s / 1k steps':>13s} " + " ".join(f"{name:>10s}" for name in (*PHASES, "other"))
@@ -128,6 +228,8 @@ def main(argv: list[str]) -> int:
         "config": config.name,
         "model": str(config.model),
         "method": str(config.method),
+        "share_prompt": bool(values.share_prompt),
+        "matmul_dtype": str(config.get("matmul_dtype", "float32")),
         "s_per_1k_env_steps": round(headline["s_per_1k_env_steps"], 2),
         "warm": warm is not None,
         "s_per_1k_by_phase": {k: round(v, 2) for k, v in headline["s_per_1k_by_phase"].items()},

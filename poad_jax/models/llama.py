@@ -531,6 +531,11 @@ class Llama(nnx.Module):
     attending over the cache) instead of over every slot of the cache, most
     of which are still empty: exact, and it skips their matmul and softmax
     work.  A broken promise gives NaN outputs, never silently wrong ones.
+
+    `visibility` (`[B or 1, T, S]` bool): a further restriction of the
+    attention rule (ANDed with it).  Packing several continuations of one
+    prompt into one row uses it: each continuation sees the prompt and
+    itself, not its siblings (`poad_jax.policy.shared_prompt_visibility`).
     """
 
     def __init__(
@@ -571,6 +576,7 @@ class Llama(nnx.Module):
         return_logits: bool = True,
         unstacked: "UnstackedWeights | None" = None,
         empty_cache: bool = False,
+        visibility: jax.Array | None = None,
     ) -> ModelOutput:
         config, dtype, matmul_dtype = self.config, self.dtype, self.matmul_dtype
         batch, length = tokens.shape
@@ -583,6 +589,8 @@ class Llama(nnx.Module):
             chex.assert_shape(key_mask, (batch, cache.length))
             start = cache.index
         mask = attention_mask(key_mask, length, start)
+        if visibility is not None:
+            mask = mask & visibility
         inv_freq = rope_inverse_frequencies(config)
         lora_on = use_lora and self.lora_config is not None and len(self.layers.lora_a) > 0
         lora_scale = self.lora_config.scale if self.lora_config is not None else 0.0

@@ -1,0 +1,112 @@
+"""Shapes and tables shared by the sampler and the batch packer (one implementation each).
+
+- Bucket rounding (`bucket_size`) and the bucket lists: padded shapes are
+  rounded up to a few sizes so the jit-compiled sampler and learner compile
+  once per bucket, not once per length.
+- Positions from a key mask (`positions_from_mask`): the RoPE position of a
+  slot is the count of real tokens before it (left padding takes position 0).
+- The token trie of a state's valid actions (`action_trie`): the trie
+  sampler walks it (`sampling.build_action_tries` pads it into edge tables)
+  and the learner reads its branching along the chosen action
+  (`allowed_next_tokens`), so the behaviour and the optimised distributions
+  are the same one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+PROMPT_BUCKETS = (32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048)  # prompt tokens
+ACTION_BUCKETS = (4, 8, 16, 32, 64, 128, 256)  # action tokens
+COUNT_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # rows of a sampler call, candidates of a state
+POWERS_OF_TWO = tuple(1 << i for i in range(40))
+
+
+def bucket_size(n: int, buckets: Sequence[int]) -> int:
+    """Smallest bucket >= n; beyond the largest, the next multiple of the largest."""
+    for b in buckets:
+        if n <= b:
+            return b
+    largest = buckets[-1]
+    return -(-n // largest) * largest
+
+
+def next_power_of_two(n: int, minimum: int = 1) -> int:
+    """The smallest power of two >= max(n, minimum) (bucket rounding over powers of two)."""
+    return bucket_size(max(n, minimum), POWERS_OF_TWO)
+
+
+def positions_from_mask(mask):
+    """Positions `[..., S]` int32 of a key mask (NumPy or JAX array): the count of
+    real tokens before each slot, clipped at 0 (so left padding sits at 0)."""
+    if isinstance(mask, np.ndarray):
+        return np.maximum(np.cumsum(mask.astype(np.int32), axis=-1) - 1, 0).astype(np.int32)
+    import jax.numpy as jnp
+
+    return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def action_trie(actions: Sequence[Sequence[int]], end_token_id: int | None, row: int = 0) -> list[list[Any]]:
+    """The token trie of one state's candidate actions.
+
+    Nodes `[children {token: node}, action index or -1, depth]`, node 0 the
+    root.  An action that is a strict prefix of another gets an end-of-action
+    edge on `end_token_id` (so that choice has a probability); without
+    `end_token_id` that case is an error.  Duplicate actions map to their
+    first index.  `row` only names the state in error messages.
+    """
+    if not actions:
+        raise ValueError(f"row {row} has no candidate actions")
+    nodes: list[list[Any]] = [[{}, -1, 0]]
+    for index, action in enumerate(actions):
+        if not action:
+            raise ValueError(f"row {row}: candidate action {index} is empty")
+        node = 0
+        for token in action:
+            children = nodes[node][0]
+            if token not in children:
+                children[token] = len(nodes)
+                nodes.append([{}, -1, nodes[node][2] + 1])
+            node = children[token]
+        if nodes[node][1] < 0:
+            nodes[node][1] = index
+    for node in list(nodes):
+        children, action, depth = node
+        if action >= 0 and children:
+            if end_token_id is None:
+                raise ValueError(
+                    f"row {row}: candidate action {action} is a prefix of another; "
+                    "pass end_token_id (e.g. the EOS id) or append an end token to every action"
+                )
+            if end_token_id in children:
+                raise ValueError(f"row {row}: end_token_id {end_token_id} also continues an action")
+            children[end_token_id] = len(nodes)
+            nodes.append([{}, action, depth + 1])
+            node[1] = -1
+    return nodes
+
+
+def allowed_next_tokens(
+    chosen: Sequence[int], candidates: Sequence[Sequence[int]], action_len: int, width: int,
+    end_token_id: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The trie's branching at each column of the chosen action.
+
+    Column j lists (sorted) the tokens the trie sampler could pick after the
+    chosen action's first j tokens.  Returns (`[A, width]` ids, `[A, width]` mask).
+    """
+    tokens = np.zeros((action_len, width), np.int32)
+    mask = np.zeros((action_len, width), bool)
+    nodes = action_trie([[int(t) for t in c] for c in candidates], end_token_id)
+    node = 0
+    for j, token in enumerate(chosen):
+        children = nodes[node][0]
+        if int(token) not in children:
+            raise ValueError(f"the chosen action's token {j} leaves the trie of its candidates")
+        options = sorted(children)
+        tokens[j, : len(options)] = options
+        mask[j, : len(options)] = True
+        node = children[int(token)]
+    return tokens, mask

@@ -1,0 +1,72 @@
+"""The shared shape helpers (`poad_jax.layout`): bucket rounding, positions from a
+mask (NumPy and JAX alike), and the action trie read by both the trie sampler
+and the learner's allowed-token tables."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from poad_jax.layout import (
+    action_trie,
+    allowed_next_tokens,
+    bucket_size,
+    next_power_of_two,
+    positions_from_mask,
+)
+from poad_jax.sampling import build_action_tries
+
+
+def test_bucket_rounding():
+    assert [bucket_size(n, (4, 8, 16)) for n in (1, 4, 5, 16, 17, 33)] == [4, 4, 8, 16, 32, 48]
+    assert [next_power_of_two(n) for n in (1, 2, 3, 5, 64, 65)] == [1, 2, 4, 8, 64, 128]
+    assert next_power_of_two(3, 8) == 8 and next_power_of_two(9, 8) == 16
+
+
+def test_positions_from_mask_numpy_and_jax_agree():
+    mask = np.array([[0, 0, 1, 1, 1], [1, 1, 0, 1, 1], [0, 0, 0, 0, 1]], bool)
+    expected = np.array([[0, 0, 0, 1, 2], [0, 1, 1, 2, 3], [0, 0, 0, 0, 0]])
+    np.testing.assert_array_equal(positions_from_mask(mask), expected)
+    np.testing.assert_array_equal(np.asarray(positions_from_mask(jnp.asarray(mask))), expected)
+    assert positions_from_mask(mask).dtype == np.int32
+
+
+def brute_force_options(chosen, candidates, j):
+    """Tokens c[j] of the candidates c that share the chosen action's first j tokens."""
+    return sorted({c[j] for c in candidates if len(c) > j and list(c[:j]) == list(chosen[:j])})
+
+
+def test_allowed_next_tokens_follow_the_trie_and_the_brute_force_rule():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        candidates = []
+        while len(candidates) < rng.integers(1, 7):
+            action = [int(t) for t in rng.integers(1, 5, size=rng.integers(1, 5))]
+            # no action a strict prefix of another (the sampler needs an end token for that)
+            if all(a[: len(action)] != action and action[: len(a)] != a for a in candidates):
+                candidates.append(action)
+        chosen = candidates[rng.integers(len(candidates))]
+        tokens, mask = allowed_next_tokens(chosen, candidates, action_len=6, width=8)
+        trie = build_action_tries([candidates], batch=1, end_token_id=None)
+        node = 0
+        for j in range(6):
+            options = tokens[j][mask[j]].tolist()
+            if j < len(chosen):
+                assert options == brute_force_options(chosen, candidates, j)
+                edges = trie.edge_token[0, node][trie.edge_valid[0, node]].tolist()
+                assert options == edges  # the sampler's branching at the node it walked to
+                node = int(trie.edge_child[0, node][trie.edge_token[0, node] == chosen[j]][0])
+            else:
+                assert options == []
+
+
+def test_trie_errors_are_one_line():
+    for case in (lambda: action_trie([], None), lambda: action_trie([[1], []], None),
+                 lambda: action_trie([[1], [1, 2]], None), lambda: action_trie([[1], [1, 2]], 2),
+                 lambda: allowed_next_tokens([3], [[1], [2]], 2, 2)):
+        with pytest.raises(ValueError) as info:
+            case()
+        assert "\n" not in str(info.value)
+    nodes = action_trie([[1], [1, 2]], end_token_id=9)  # a prefix action ends on the end token
+    assert sorted(nodes[1][0]) == [2, 9]
