@@ -48,6 +48,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from typing import Any
 
 import ml_collections
@@ -463,8 +464,8 @@ def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: 
         log_file.close()
         cell_dir = workdir / "cells" / name
         state = read_json(cell_dir / CELL_FILE) or {}
-        ok = returncode == 0 and bool(read_records(cell_dir)) and \
-            int(read_records(cell_dir)[-1].get("env_steps") or 0) >= totals[name]
+        records = read_records(cell_dir)
+        ok = returncode == 0 and bool(records) and int(records[-1].get("env_steps") or 0) >= totals[name]
         state["status"] = "done" if ok else "failed"
         state["returncode"] = returncode
         state["seconds"] = round(time.monotonic() - start, 1)
@@ -626,8 +627,8 @@ def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.n
             continue
         stacked.append(np.interp(grid_steps, steps[valid], smoothed[valid], left=np.nan, right=np.nan))
     stacked = np.array(stacked)
-    with np.errstate(all="ignore"), __import__("warnings").catch_warnings():
-        __import__("warnings").simplefilter("ignore", RuntimeWarning)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns before a seed's first episode
         return grid_steps, np.nanmean(stacked, axis=0), np.nanstd(stacked, axis=0)
 
 
@@ -675,12 +676,11 @@ def plot_curves(study: Study, results: list[GroupResult], path: pathlib.Path, wh
     for index in range(len(facet_values), rows * columns):
         axes[index // columns][index % columns].axis("off")
     axes[0][0].set_ylabel(study.report.get("metric", "episode_return") if which == "return" else "success rate")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    seen = dict(zip(labels, handles))
+    seen = {}  # one legend entry per group, across facets
     for row in axes:
         for axis in row:
-            for h, l in zip(*axis.get_legend_handles_labels()[::-1][::-1]):
-                seen.setdefault(l, h)
+            for handle, label in zip(*axis.get_legend_handles_labels()):
+                seen.setdefault(label, handle)
     figure.legend(list(seen.values()), list(seen.keys()), loc="lower center", ncol=min(len(seen), 4), fontsize=8,
                   frameon=False)
     subtitle = f"mean ± std over seeds, moving average of {window} updates" if window > 1 else "mean ± std over seeds"
