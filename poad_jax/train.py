@@ -26,6 +26,7 @@ import dataclasses
 import datetime
 import difflib
 import json
+import logging
 import os
 import pathlib
 import resource
@@ -661,6 +662,20 @@ def interrupted_line(workdir: pathlib.Path) -> str:
     return "interrupted before the first checkpoint; re-running the same command starts the run again"
 
 
+class _DropInterruptTracebacks(logging.Filter):
+    """Orbax logs a Ctrl-C that lands while a checkpoint is being finalised as an
+    error with a traceback, then re-raises it; `main` reports the interrupt in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and record.exc_info[0] is KeyboardInterrupt)
+
+
+def _quiet_interrupts_in_orbax_logs() -> None:
+    absl_logger = logging.getLogger("absl")
+    if not any(isinstance(f, _DropInterruptTracebacks) for f in absl_logger.filters):
+        absl_logger.addFilter(_DropInterruptTracebacks())
+
+
 def main(config: ml_collections.ConfigDict, workdir: pathlib.Path, compilation_cache: bool = True,
          show_progress: bool = True) -> int:
     """Runs the training command; returns the exit status (0, 2 for a user mistake, 130 for Ctrl-C).
@@ -671,6 +686,7 @@ def main(config: ml_collections.ConfigDict, workdir: pathlib.Path, compilation_c
     from absl import logging as absl_logging
 
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
+    _quiet_interrupts_in_orbax_logs()
     try:
         cache_root = check_cache_dir()
         if compilation_cache:
