@@ -427,6 +427,8 @@ def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: 
             log(f"reused {cell.name} from {source}")
             continue
         pending.append(cell)
+    # Seed-major order: an interrupted study has every configuration's first seeds.
+    pending.sort(key=lambda cell: study.seeds.index(cell.seed))
 
     running: dict[str, tuple[subprocess.Popen, float, Any]] = {}
     durations: list[float] = []
