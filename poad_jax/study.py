@@ -410,6 +410,15 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
             record_session(workdir, started, len(launched))
 
 
+def seed_major(cells: list[Cell], seeds: tuple[int, ...]) -> list[Cell]:
+    """Cells in training order: every configuration's first seed, then every second seed, ...
+
+    An interrupted study (a session ends, a machine goes) then holds whole
+    seeds of every configuration rather than every seed of the first ones.
+    """
+    return sorted(cells, key=lambda cell: seeds.index(cell.seed))  # stable: grid order within a seed
+
+
 def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: dict[str, Any], workers: int,
                reuse: bool, log, launched: list[str]) -> dict[str, str]:
     totals = {name: int(config.total_env_steps) for name, config in configs.items()}
@@ -427,8 +436,7 @@ def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: 
             log(f"reused {cell.name} from {source}")
             continue
         pending.append(cell)
-    # Seed-major order: an interrupted study has every configuration's first seeds.
-    pending.sort(key=lambda cell: study.seeds.index(cell.seed))
+    pending = seed_major(pending, study.seeds)
 
     running: dict[str, tuple[subprocess.Popen, float, Any]] = {}
     durations: list[float] = []

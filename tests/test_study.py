@@ -231,3 +231,9 @@ def test_a_sibling_study_reuses_finished_cells_with_the_same_trainer_config(fini
     study = study_lib.load_study(different)
     config = study_lib.cell_config(study, study_lib.grid(study)[0])
     assert study_lib.find_reusable(workdir.parent / "different", config, 32) is None
+
+
+def test_cells_train_seed_major_so_an_interrupted_study_covers_every_configuration(tmp_path):
+    study = study_lib.load_study(write_study(tmp_path, methods=("poad", "ntpo", "twosome"), seeds=(3, 1, 2)))
+    order = [(cell.group[0][1], cell.seed) for cell in study_lib.seed_major(study_lib.grid(study), study.seeds)]
+    assert order == [(m, s) for s in (3, 1, 2) for m in ("POAD", "NTPO", "TWOSOME")]
