@@ -636,6 +636,9 @@ def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.n
         if valid.sum() == 0:
             continue
         stacked.append(np.interp(grid_steps, steps[valid], smoothed[valid], left=np.nan, right=np.nan))
+    if not stacked:  # no seed has a value yet (e.g. no episode has ended): an empty curve, not a crash
+        empty = np.full(len(grid_steps), np.nan)
+        return grid_steps, empty, empty
     stacked = np.array(stacked)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns before a seed's first episode

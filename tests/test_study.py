@@ -237,3 +237,10 @@ def test_cells_train_seed_major_so_an_interrupted_study_covers_every_configurati
     study = study_lib.load_study(write_study(tmp_path, methods=("poad", "ntpo", "twosome"), seeds=(3, 1, 2)))
     order = [(cell.group[0][1], cell.seed) for cell in study_lib.seed_major(study_lib.grid(study), study.seeds)]
     assert order == [(m, s) for s in (3, 1, 2) for m in ("POAD", "NTPO", "TWOSOME")]
+
+
+def test_a_group_without_any_ended_episode_plots_an_empty_curve_rather_than_failing():
+    no_episode_yet = np.array([np.nan, np.nan, np.nan, np.nan])
+    steps, mean, std = study_lib.band([(np.array([32.0, 64.0, 96.0, 128.0]), no_episode_yet)] * 2, window=2)
+    np.testing.assert_array_equal(steps, [32.0, 64.0, 96.0, 128.0])
+    assert mean.shape == std.shape == (4,) and np.isnan(mean).all() and np.isnan(std).all()
