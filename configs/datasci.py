@@ -8,15 +8,11 @@ configs/datasci_qwen.py.  Paper scale (a GPU):
 --config.rollout_length=8 --config.total_env_steps=10000.
 """
 
-import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # config files load by path
-from configs import base  # noqa: E402
+from poad_jax import config as poad_config
 
 
 def get_config():
-    config = base.get_config()
+    config = poad_config.default_config()
     config.name = "datasci"
     config.env.name = "datasci/balance_scale"
     # Retry prompts quote the error and the previous code; these caps keep a
@@ -26,7 +22,7 @@ def get_config():
                              allow_unsandboxed=False)
     config.env.vector_mode = "threads"  # a step waits on the sandbox subprocess
     config.prompt_format = "chat"
-    config.matmul_dtype = "bfloat16"  # CPU speed: see configs/base.py; "float32" for exact matmuls
+    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/config.py; "float32" for exact matmuls
     config.num_threads = 4
     config.rollout_length = 4  # the paper: 8
     config.total_env_steps = 32  # CPU default; the paper ran 10k env steps

@@ -10,14 +10,12 @@ within 15 minutes on a fresh machine.
 """
 
 import pathlib
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # config files load by path
-from configs import datasci  # noqa: E402
+from poad_jax import config as poad_config
 
 
 def get_config():
-    config = datasci.get_config()
+    config = poad_config.load_config_file(pathlib.Path(__file__).with_name("datasci.py"))
     config.name = "datasci_qwen"
     config.model = "qwen2.5-coder-0.5b-instruct"
     config.sampling.max_new_tokens = 256

@@ -3,15 +3,11 @@
 Other task: --config.env.name=overcooked/tomato_lettuce_salad
 """
 
-import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # config files load by path
-from configs import base  # noqa: E402
+from poad_jax import config as poad_config
 
 
 def get_config():
-    config = base.get_config()
+    config = poad_config.default_config()
     config.name = "overcooked"
     config.env.name = "overcooked/tomato_salad"
     config.prompt_format = "raw"
@@ -22,5 +18,5 @@ def get_config():
     config.ppo.gamma = 0.99
     config.ppo.actor_lr = 5e-7
     config.ppo.critic_lr = 1e-5
-    config.matmul_dtype = "bfloat16"  # CPU speed: see configs/base.py; "float32" for exact matmuls
+    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/config.py; "float32" for exact matmuls
     return config

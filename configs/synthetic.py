@@ -6,15 +6,11 @@ decides the reward.  The studies in `studies/` vary the method, gamma_w and
 the action length over this config.
 """
 
-import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # config files load by path
-from configs import base  # noqa: E402
+from poad_jax import config as poad_config
 
 
 def get_config():
-    config = base.get_config()
+    config = poad_config.default_config()
     config.name = "synthetic"
     config.model = "tiny-random"
     config.env.name = "synthetic/save_or_take"

@@ -1,14 +1,10 @@
 """Toy decisive-token task with a tiny random model: a seconds-long smoke run of the whole pipeline."""
 
-import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # config files load by path
-from configs import base  # noqa: E402
+from poad_jax import config as poad_config
 
 
 def get_config():
-    config = base.get_config()
+    config = poad_config.default_config()
     config.name = "toy"
     config.model = "tiny-random"
     config.env.name = "toy/decisive_token"

@@ -4,15 +4,11 @@ Other tasks: --config.env.name=virtualhome/entertainment (and the
 generalisation variants, for evaluation).
 """
 
-import pathlib
-import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # config files load by path
-from configs import base  # noqa: E402
+from poad_jax import config as poad_config
 
 
 def get_config():
-    config = base.get_config()
+    config = poad_config.default_config()
     config.name = "virtualhome"
     config.env.name = "virtualhome/food_preparation"
     config.prompt_format = "raw"
@@ -23,5 +19,5 @@ def get_config():
     config.ppo.gamma = 0.95
     config.ppo.actor_lr = 1e-6
     config.ppo.critic_lr = 5e-5
-    config.matmul_dtype = "bfloat16"  # CPU speed: see configs/base.py; "float32" for exact matmuls
+    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/config.py; "float32" for exact matmuls
     return config

@@ -36,34 +36,42 @@ from poad_jax.token_batch import TokenBatch
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
-    """PPO hyper-parameters (defaults: the paper's, DESIGN.md §5)."""
+    """PPO hyper-parameters.
 
-    gamma: float = 0.95
-    lam: float = 0.95
-    clip_eps: float = 0.2
-    value_clip_eps: float = 0.2
-    vf_coef: float = 0.5
-    ent_coef: float = 0.01
-    max_grad_norm: float = 0.5
-    target_kl: float = 0.02
-    epochs: int = 1
-    num_minibatches: int = 4
-    accumulation_steps: int = 1
-    actor_lr: float = 1e-6
-    critic_lr: float = 5e-5
-    adam_eps: float = 1e-5
-    temperature: float = 1.0
-    normalize_advantages: bool = True
-    critic_kind: str = "head"  # "head" (frozen-base features) or "lora"
+    No defaults here: `poad_jax.config.learner_config(config)` builds this
+    from the training config (`ppo.<name>`, plus `sampling.temperature` and
+    `critic.kind`), whose `default_config()` holds the defaults (the
+    paper's, DESIGN.md §5) and whose `validate` checks them.
+    """
 
-    def validate(self, num_rows: int) -> None:
-        if num_rows % (self.num_minibatches * self.accumulation_steps):
-            raise ValueError(
-                f"rows per update ({num_rows}) must be divisible by num_minibatches x "
-                f"accumulation_steps ({self.num_minibatches} x {self.accumulation_steps})"
-            )
-        if self.critic_kind not in ("head", "lora"):
-            raise ValueError(f"critic_kind must be 'head' or 'lora', got {self.critic_kind!r}")
+    gamma: float
+    lam: float
+    clip_eps: float
+    value_clip_eps: float
+    vf_coef: float
+    ent_coef: float
+    max_grad_norm: float
+    target_kl: float
+    epochs: int
+    num_minibatches: int
+    accumulation_steps: int
+    actor_lr: float
+    critic_lr: float
+    adam_eps: float
+    temperature: float
+    normalize_advantages: bool
+    critic_kind: str  # "head" (frozen-base features) or "lora"
+
+
+def check_batch_rows(num_rows: int, config: LearnerConfig) -> None:
+    """The batch splits into `num_minibatches x accumulation_steps` equal parts (a
+    shape contract of the update; the settings themselves are checked by
+    `poad_jax.config.validate`)."""
+    if num_rows % (config.num_minibatches * config.accumulation_steps):
+        raise ValueError(
+            f"rows per update ({num_rows}) must be divisible by num_minibatches x "
+            f"accumulation_steps ({config.num_minibatches} x {config.accumulation_steps})"
+        )
 
 
 @jax.tree_util.register_dataclass
@@ -234,7 +242,7 @@ def make_update_fn(
     def update(state: TrainState, frozen: FrozenBase, batch: TokenBatch):
         traces["count"] += 1  # runs at trace time only: counts compilations
         num_rows = batch.num_rows
-        config.validate(num_rows)
+        check_batch_rows(num_rows, config)
         advantages, returns = compute_advantages(batch, method, config)
         value_mask = method.scheme.valid(batch)
 

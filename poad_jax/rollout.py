@@ -41,14 +41,22 @@ from poad_jax.token_batch import TokenBatch, pack_rows
 
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
-    num_threads: int = 4
-    rollout_length: int = 8
-    prompt_format: str = "chat"  # "chat" (tokenizer chat template) or "raw"
-    system_prompt: str = ""
-    max_prompt_tokens: int = 1024
-    restricted_sampling: str = "trie"  # "trie" or "action_scores"
-    twosome_normalization: str = "token"  # "token" or "word"
-    sampling: SamplingConfig = SamplingConfig()
+    """How rollouts are collected and packed.
+
+    The fields without a default are settings: `poad_jax.config.rollout_config(config, eos_ids)`
+    builds this from the training config (the top-level field of each name;
+    `sampling` from `config.sampling`), whose `default_config()` holds the
+    defaults.  The bucket lists are layout constants, not settings.
+    """
+
+    num_threads: int
+    rollout_length: int
+    prompt_format: str  # "chat" (tokenizer chat template) or "raw"
+    system_prompt: str
+    max_prompt_tokens: int
+    restricted_sampling: str  # "trie" or "action_scores"
+    twosome_normalization: str  # "token" or "word"
+    sampling: SamplingConfig
     prompt_buckets: tuple[int, ...] = PROMPT_BUCKETS
     action_buckets: tuple[int, ...] = ACTION_BUCKETS
 

@@ -208,15 +208,15 @@ def _set_field(config: ml_collections.ConfigDict, field: str, value: Any) -> Non
 
 def cell_config(study: Study, cell: Cell) -> ml_collections.ConfigDict:
     """The base config with the cell's overrides applied (checked by the trainer's validation)."""
-    from poad_jax import train
+    from poad_jax import config as config_lib
 
-    base = train.load_config_file(study.base_config)
+    base = config_lib.load_config_file(study.base_config)
     config = copy.deepcopy(base)
     for field, value in cell.overrides.items():
         _set_field(config, field, value)
     try:
-        train.validate_config(config)
-    except train.TrainError as error:
+        config_lib.validate(config)
+    except config_lib.ConfigError as error:
         raise StudyError(f"cell {cell.name}: {error}") from None
     return config
 

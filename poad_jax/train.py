@@ -45,14 +45,16 @@ from flax import nnx
 import envs_py
 from poad_jax import best_program as best_lib
 from poad_jax import checkpoint as checkpoint_lib
+from poad_jax import config as config_lib
 from poad_jax import logging as run_logging
-from poad_jax.learner import LearnerConfig, init_train_state, make_update_fn
-from poad_jax.methods import METHODS, UnknownMethodError, make_method
-from poad_jax.models.llama import REMAT_POLICIES, LoraConfig
+from poad_jax.config import learner_config, load_config_file, rollout_config  # noqa: F401  (part of this module's API)
+from poad_jax.config import validate as validate_config
+from poad_jax.learner import init_train_state, make_update_fn
+from poad_jax.methods import UnknownMethodError, make_method
+from poad_jax.models.llama import LoraConfig
 from poad_jax.policy import ValueHead, split_policy
 from poad_jax.rollout import (
     RolloutCollector,
-    RolloutConfig,
     behaviour_statistics,
     episode_summary,
     make_token_batch,
@@ -60,114 +62,26 @@ from poad_jax.rollout import (
     pack_batch,
     step_summary,
 )
-from poad_jax.sampling import Sampler, SamplingConfig
+from poad_jax.sampling import Sampler
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-MATMUL_DTYPES = {"float32": None, "bfloat16": jnp.bfloat16}  # float32: matmuls in `dtype`
+DTYPES = {name: getattr(jnp, name) for name in config_lib.DTYPES}
+MATMUL_DTYPES = {name: None if name == "float32" else getattr(jnp, name)
+                 for name in config_lib.MATMUL_DTYPES}  # float32: matmuls in `dtype`
 
-
-class TrainError(Exception):
-    """A user error in the run's configuration or inputs (printed as one line)."""
+# The trainer's user mistakes (a bad value, workdir, model or environment) are one
+# class with the configuration's: printed as one line, exit status 2.
+TrainError = config_lib.ConfigError
 
 
 # ---------------------------------------------------------------------------
-# Configuration.
-
-
-def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Raises TrainError with one clear line for a bad configuration value."""
-    if config.method not in METHODS:
-        raise TrainError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
-    if config.dtype not in DTYPES:
-        raise TrainError(f"dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}")
-    if config.get("matmul_dtype", "float32") not in MATMUL_DTYPES:
-        raise TrainError(f"matmul_dtype must be one of {', '.join(MATMUL_DTYPES)}, got {config.matmul_dtype!r}")
-    if config.get("remat", "full") not in REMAT_POLICIES:
-        raise TrainError(f"remat must be one of {', '.join(REMAT_POLICIES)}, got {config.remat!r}")
-    for name in ("num_threads", "rollout_length", "total_env_steps"):
-        if int(config[name]) < 1:
-            raise TrainError(f"{name} must be >= 1, got {config[name]}")
-    if not 0.0 < config.ppo.gamma <= 1.0:
-        raise TrainError(f"ppo.gamma must be in (0, 1], got {config.ppo.gamma}")
-    if not 0.0 <= config.ppo.lam <= 1.0:
-        raise TrainError(f"ppo.lam must be in [0, 1], got {config.ppo.lam}")
-    if config.gamma_w >= 0 and not 0.0 < config.gamma_w <= 1.0:
-        raise TrainError(f"gamma_w must be in (0, 1] (or negative for the method default), got {config.gamma_w}")
-    if not config.sampling.temperature > 0:
-        raise TrainError(f"sampling.temperature must be > 0 for training, got {config.sampling.temperature}")
-    rows = config.num_threads * config.rollout_length
-    chunks = config.ppo.num_minibatches * config.ppo.accumulation_steps
-    if config.ppo.num_minibatches < 1 or config.ppo.accumulation_steps < 1 or rows % chunks:
-        raise TrainError(
-            f"num_threads x rollout_length ({rows}) must be divisible by ppo.num_minibatches x "
-            f"ppo.accumulation_steps ({config.ppo.num_minibatches} x {config.ppo.accumulation_steps})"
-        )
-    if config.critic.kind not in ("head", "lora"):
-        raise TrainError(f"critic.kind must be 'head' or 'lora', got {config.critic.kind!r}")
-    if config.prompt_format not in ("chat", "raw"):
-        raise TrainError(f"prompt_format must be 'chat' or 'raw', got {config.prompt_format!r}")
-    if config.restricted_sampling not in ("trie", "action_scores"):
-        raise TrainError(
-            f"restricted_sampling must be 'trie' or 'action_scores', got {config.restricted_sampling!r}"
-        )
-    if config.twosome_normalization not in ("token", "word"):
-        raise TrainError(f"twosome_normalization must be 'token' or 'word', got {config.twosome_normalization!r}")
-    if config.env.name not in envs_py.registry():
-        raise TrainError(
-            f"unknown environment {config.env.name!r}; known: {', '.join(envs_py.registry())}"
-        )
-    if config.env.vector_mode not in ("inline", "threads", "processes"):
-        raise TrainError(f"env.vector_mode must be inline, threads or processes, got {config.env.vector_mode!r}")
-    _check_ranges(config)
-
-
-# (field, lowest allowed, whether the bound itself is allowed, why it matters)
-_RANGES = (
-    ("sampling.max_new_tokens", 1, True, "an action needs at least one token"),
-    ("sampling.top_k", 0, True, "0 turns top-k off"),
-    ("max_prompt_tokens", 1, True, ""),
-    ("lora.rank", 1, True, "the adapter is what training changes"),
-    ("lora.alpha", 0, False, ""),
-    ("ppo.clip_eps", 0, False, "PPO's ratio clip; 0 would stop all learning"),
-    ("ppo.value_clip_eps", 0, False, ""),
-    ("ppo.epochs", 1, True, "0 epochs would train nothing"),
-    ("ppo.actor_lr", 0, True, "a negative rate would ascend the loss"),
-    ("ppo.critic_lr", 0, True, "a negative rate would ascend the loss"),
-    ("ppo.vf_coef", 0, True, ""),
-    ("ppo.max_grad_norm", 0, False, ""),
-    ("ppo.target_kl", 0, False, ""),
-    ("ppo.adam_eps", 0, False, ""),
-    ("critic.target_update_every", 0, True, "0 turns the target critic off"),
-    ("checkpoint_every", 1, True, "updates between checkpoints"),
-    ("keep_checkpoints", 1, True, "a run without a checkpoint can be neither resumed nor exported"),
-)
-
-
-def _field(config: ml_collections.ConfigDict, dotted: str):
-    node = config
-    for part in dotted.split("."):
-        node = node[part]
-    return node
-
-
-def _check_ranges(config: ml_collections.ConfigDict) -> None:
-    """Raises TrainError for a numeric field outside its range (one line, with the reason)."""
-    for name, low, inclusive, why in _RANGES:
-        value = _field(config, name)
-        if inclusive and value >= low or not inclusive and value > low:
-            continue
-        bound = f">= {low}" if inclusive else f"> {low}"
-        raise TrainError(f"{name} must be {bound}, got {value}" + (f" ({why})" if why else ""))
-    if not 0.0 < config.sampling.top_p <= 1.0:
-        raise TrainError(f"sampling.top_p must be in (0, 1], got {config.sampling.top_p}")
-    if not config.lora.targets:
-        raise TrainError("lora.targets must name at least one projection, e.g. ('q_proj', 'v_proj')")
+# Configuration: defaults, validation and the conversion to the learner's and
+# the rollouts' dataclasses live in `poad_jax.config`.
 
 
 # Fields a re-run may change without changing what the checkpoints mean.
 # A dotted name covers its whole sub-tree ("mesh" covers "mesh.data", ...).
 SAFE_TO_CHANGE = ("total_env_steps", "checkpoint_every", "keep_checkpoints", "tensorboard", "plot", "name",
-                  "env.vector_mode", "remat", "mesh")
+                  "env.vector_mode", "remat", "mesh", "share_prompt")
 CONFIG_FILE = "config.json"
 CHANGES_FILE = "config_changes.jsonl"
 FINISHED_FILE = "finished.json"
@@ -255,49 +169,6 @@ def check_cache_dir() -> pathlib.Path:
     return root
 
 
-def learner_config(config: ml_collections.ConfigDict) -> LearnerConfig:
-    ppo = config.ppo
-    return LearnerConfig(
-        gamma=float(ppo.gamma),
-        lam=float(ppo.lam),
-        clip_eps=float(ppo.clip_eps),
-        value_clip_eps=float(ppo.value_clip_eps),
-        vf_coef=float(ppo.vf_coef),
-        ent_coef=float(ppo.ent_coef),
-        max_grad_norm=float(ppo.max_grad_norm),
-        target_kl=float(ppo.target_kl),
-        epochs=int(ppo.epochs),
-        num_minibatches=int(ppo.num_minibatches),
-        accumulation_steps=int(ppo.accumulation_steps),
-        actor_lr=float(ppo.actor_lr),
-        critic_lr=float(ppo.critic_lr),
-        adam_eps=float(ppo.adam_eps),
-        temperature=float(config.sampling.temperature),
-        normalize_advantages=bool(ppo.normalize_advantages),
-        critic_kind=str(config.critic.kind),
-    )
-
-
-def rollout_config(config: ml_collections.ConfigDict, eos_ids: tuple[int, ...]) -> RolloutConfig:
-    sampling = SamplingConfig(
-        temperature=float(config.sampling.temperature),
-        top_k=int(config.sampling.top_k),
-        top_p=float(config.sampling.top_p),
-        max_new_tokens=int(config.sampling.max_new_tokens),
-        stop_token_ids=tuple(int(i) for i in eos_ids),
-    )
-    return RolloutConfig(
-        num_threads=int(config.num_threads),
-        rollout_length=int(config.rollout_length),
-        prompt_format=str(config.prompt_format),
-        system_prompt=str(config.system_prompt),
-        max_prompt_tokens=int(config.max_prompt_tokens),
-        restricted_sampling=str(config.restricted_sampling),
-        twosome_normalization=str(config.twosome_normalization),
-        sampling=sampling,
-    )
-
-
 def load_model(config: ml_collections.ConfigDict):
     """(model, tokenizer) for `config.model`, with the configured LoRA and dtype."""
     lora = LoraConfig(
@@ -322,19 +193,6 @@ def load_model(config: ml_collections.ConfigDict):
         raise TrainError(str(error)) from None
     except OSError as error:  # the cache or the model files cannot be read or written
         raise TrainError(f"cannot load model {config.model}: {best_lib.one_line(error)}") from None
-
-
-def load_config_file(path: str | pathlib.Path) -> ml_collections.ConfigDict:
-    """`get_config()` of a config file given by path (as `--config=` does)."""
-    import importlib.util
-
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise TrainError(f"no config file at {path}")
-    spec = importlib.util.spec_from_file_location(f"poad_config_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
 
 
 def default_workdir(config: ml_collections.ConfigDict) -> pathlib.Path:
@@ -458,7 +316,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     workdir = pathlib.Path(workdir) if workdir else default_workdir(config)
     changes = prepare_workdir(workdir, config)
 
-    method = make_method(config.method, float(config.ppo.gamma), None if config.gamma_w < 0 else float(config.gamma_w))
+    method = make_method(config.method, float(config.ppo.gamma), None if config.gamma_w < 0 else float(config.gamma_w),
+                         share_prompt=bool(config.share_prompt))
     lconfig = learner_config(config)
     model, tokenizer = load_model(config)
     envs = build_envs(config)

@@ -21,13 +21,13 @@ from flax import nnx
 
 import envs_py
 from poad_jax import train
-from poad_jax.learner import LearnerConfig, compute_advantages, init_train_state, make_update_fn, policy_outputs
+from poad_jax.config import learner_config, rollout_config
+from poad_jax.learner import compute_advantages, init_train_state, make_update_fn, policy_outputs
 from poad_jax.methods import make_method
 from poad_jax.models.tiny import tiny_random_model
 from poad_jax.policy import ValueHead, split_policy, token_logprobs_and_entropy
 from poad_jax.rollout import (
     RolloutCollector,
-    RolloutConfig,
     behaviour_statistics,
     make_token_batch,
     merged_actor,
@@ -45,7 +45,7 @@ def collect_batch(method_name: str, num_threads=4, rollout_length=4, seed=0, mat
     head = ValueHead(model.config.hidden_size, (32,), rngs=nnx.Rngs(1))
     graph, frozen, params = split_policy(model, head)
     method = make_method(method_name, 0.95)
-    config = RolloutConfig(num_threads=num_threads, rollout_length=rollout_length, prompt_format="raw")
+    config = rollout_config(num_threads=num_threads, rollout_length=rollout_length, prompt_format="raw")
     envs = envs_py.VectorEnv("toy/decisive_token", num_threads, seed=seed, horizon=2, num_colours=3, rewarded="blue")
     collector = RolloutCollector(envs, tokenizer, Sampler(), method, config, seed=seed)
     steps, next_prompts = collector.collect(merged_actor(graph, frozen, params), jax.random.key(seed))
@@ -61,7 +61,7 @@ def collect_batch(method_name: str, num_threads=4, rollout_length=4, seed=0, mat
 @pytest.mark.parametrize("method_name", ["poad", "ntpo", "twosome"])
 def test_first_update_ratio_is_one(method_name, matmul_dtype):
     graph, frozen, params, method, batch, _ = collect_batch(method_name, matmul_dtype=matmul_dtype)
-    config = LearnerConfig(gamma=0.95)
+    config = learner_config(gamma=0.95)
     logprobs, _, values, mask = policy_outputs(graph, frozen, params, batch, method, config)
     ratio = np.exp(np.asarray(logprobs) - np.asarray(batch.old_logprobs))
     assert np.asarray(mask).sum() > 0
@@ -97,7 +97,7 @@ def test_constrained_logprobs_match_numpy_renormalisation():
 
 def test_twosome_logprob_is_softmax_over_normalised_scores():
     graph, frozen, params, method, batch, steps = collect_batch("twosome")
-    config = LearnerConfig(gamma=0.95)
+    config = learner_config(gamma=0.95)
     logprobs, entropy, _, _ = policy_outputs(graph, frozen, params, batch, method, config)
     token_method = make_method("poad", 0.95)
     rows, candidates, length = batch.tokens.shape
@@ -122,7 +122,7 @@ def test_twosome_logprob_is_softmax_over_normalised_scores():
 
 def test_update_compiles_once_and_changes_params():
     graph, frozen, params, method, batch, _ = collect_batch("poad")
-    config = LearnerConfig(gamma=0.95, num_minibatches=2, accumulation_steps=2, epochs=2, actor_lr=1e-2, critic_lr=1e-2)
+    config = learner_config(gamma=0.95, num_minibatches=2, accumulation_steps=2, epochs=2, actor_lr=1e-2, critic_lr=1e-2)
     update, compiles = make_update_fn(graph, method, config)
     state = init_train_state(params, config, jax.random.key(0))
     before = jax.tree.map(np.asarray, state.params)
@@ -139,7 +139,7 @@ def test_update_compiles_once_and_changes_params():
 
 def test_kl_threshold_skips_minibatches():
     graph, frozen, params, method, batch, _ = collect_batch("poad")
-    config = LearnerConfig(gamma=0.95, num_minibatches=2, epochs=3, actor_lr=1.0, target_kl=0.0)
+    config = learner_config(gamma=0.95, num_minibatches=2, epochs=3, actor_lr=1.0, target_kl=0.0)
     update, _ = make_update_fn(graph, method, config)
     state = init_train_state(params, config, jax.random.key(0))
     state, metrics = update(state, frozen, batch)
@@ -159,10 +159,10 @@ def test_advantages_follow_the_method():
         old_values=jnp.asarray(rng.normal(size=batch.old_values.shape), jnp.float32),
     )
     gamma = 0.9
-    poad = np.asarray(compute_advantages(batch, make_method("poad", gamma), LearnerConfig(gamma=gamma, lam=1.0))[0])
-    ntpo = np.asarray(compute_advantages(batch, make_method("ntpo", gamma), LearnerConfig(gamma=gamma, lam=1.0))[0])
+    poad = np.asarray(compute_advantages(batch, make_method("poad", gamma), learner_config(gamma=gamma, lam=1.0))[0])
+    ntpo = np.asarray(compute_advantages(batch, make_method("ntpo", gamma), learner_config(gamma=gamma, lam=1.0))[0])
     ntpo_one = np.asarray(
-        compute_advantages(batch, make_method("ntpo", gamma, gamma_w=1.0), LearnerConfig(gamma=gamma, lam=1.0))[0]
+        compute_advantages(batch, make_method("ntpo", gamma, gamma_w=1.0), learner_config(gamma=gamma, lam=1.0))[0]
     )
     np.testing.assert_allclose(ntpo_one, poad, atol=1e-6)
     assert not np.allclose(ntpo, poad)
@@ -187,7 +187,7 @@ def test_twosome_gamma_w_discounts_each_action_by_its_token_count():
     batch = dataclasses.replace(batch, action_mask=jnp.asarray(np.arange(width) < counts[..., None]))
     gamma, gamma_w, lam = 0.9, 0.7, 0.8
     got = np.asarray(compute_advantages(
-        batch, make_method("twosome", gamma, gamma_w=gamma_w), LearnerConfig(gamma=gamma, lam=lam))[0])
+        batch, make_method("twosome", gamma, gamma_w=gamma_w), learner_config(gamma=gamma, lam=lam))[0])
     lengths = np.take_along_axis(np.asarray(batch.action_mask).sum(-1), np.asarray(batch.chosen)[:, None], 1)[:, 0]
     assert len(set(lengths.tolist())) > 1  # actions of different token counts
     threads = batch.num_threads
@@ -204,7 +204,7 @@ def test_twosome_gamma_w_discounts_each_action_by_its_token_count():
             want[b, t] = advantage
             next_value = values[b, t]
     np.testing.assert_allclose(got, want.reshape(-1), rtol=1e-5, atol=1e-5)
-    plain = np.asarray(compute_advantages(batch, make_method("twosome", gamma), LearnerConfig(gamma=gamma, lam=lam))[0])
+    plain = np.asarray(compute_advantages(batch, make_method("twosome", gamma), learner_config(gamma=gamma, lam=lam))[0])
     assert not np.allclose(plain, got)
 
 

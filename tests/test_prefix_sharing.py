@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from poad_jax.learner import LearnerConfig, make_update_fn, init_train_state, policy_outputs
+from poad_jax.config import learner_config, rollout_config
+from poad_jax.learner import make_update_fn, init_train_state, policy_outputs
 from poad_jax.methods import make_method
 from poad_jax.models.tiny import tiny_random_model
 from poad_jax.policy import (
@@ -28,7 +29,7 @@ from poad_jax.policy import (
     shared_prompt_visibility,
     split_policy,
 )
-from poad_jax.rollout import RolloutConfig, StepRecord, behaviour_statistics, make_token_batch, pack_batch
+from poad_jax.rollout import StepRecord, behaviour_statistics, make_token_batch, pack_batch
 from poad_jax.sampling import Sampler
 
 WORDS = ["walk to the red door.", "open", "pick up the pancake", "go, go", "heat microwave on", "turn off."]
@@ -63,7 +64,7 @@ def setup(normalization: str, seed: int = 0, matmul_dtype=None):
     head.out.kernel[...] = jnp.asarray(rng.normal(0, 0.5, head.out.kernel[...].shape), jnp.float32)  # not zero
     graph, frozen, params = split_policy(model, head)
     steps, next_prompts = random_steps(tokenizer, threads=2, steps=4, seed=seed)
-    config = RolloutConfig(num_threads=2, rollout_length=4, prompt_format="raw", twosome_normalization=normalization)
+    config = rollout_config(num_threads=2, rollout_length=4, prompt_format="raw", twosome_normalization=normalization)
     arrays, next_arrays = pack_batch(steps, next_prompts, make_method("twosome", 0.95), config, tokenizer.pad_token_id)
     return graph, frozen, params, arrays, next_arrays
 
@@ -137,7 +138,7 @@ def test_learner_outputs_and_gradients_equal_the_per_candidate_computation(criti
     stats = behaviour_statistics(graph, frozen, params, params["head"], arrays, next_arrays,
                                  method=shared_method, temperature=1.0, critic_kind=critic_kind)
     batch = make_token_batch(arrays, stats)
-    config = LearnerConfig(gamma=0.95, critic_kind=critic_kind)
+    config = learner_config(gamma=0.95, critic_kind=critic_kind)
     rng = np.random.default_rng(2)
     advantages = jnp.asarray(rng.normal(size=batch.rewards.shape), jnp.float32)
     returns = jnp.asarray(rng.normal(size=batch.rewards.shape), jnp.float32)
@@ -165,7 +166,7 @@ def test_learner_outputs_and_gradients_equal_the_per_candidate_computation(criti
 
 def test_whole_update_agrees_and_first_ratio_is_one_with_sharing():
     graph, frozen, params, arrays, next_arrays = setup("token", seed=2)
-    config = LearnerConfig(gamma=0.95, num_minibatches=2, accumulation_steps=2, actor_lr=1e-3, critic_lr=1e-3)
+    config = learner_config(gamma=0.95, num_minibatches=2, accumulation_steps=2, actor_lr=1e-3, critic_lr=1e-3)
     metrics = {}
     for share in (True, False):
         method = make_method("twosome", 0.95, share_prompt=share)
@@ -203,7 +204,7 @@ def test_batched_scoring_equals_one_prompt_at_a_time_and_the_learner():
                 np.testing.assert_allclose(getattr(scores, field), getattr(alone, field), rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(scores.probs.sum(), 1.0, atol=1e-5)
     graph, frozen, params = split_policy(model, ValueHead(model.config.hidden_size, (8,), rngs=nnx.Rngs(0)))
-    config = RolloutConfig(num_threads=3, rollout_length=1, prompt_format="raw", twosome_normalization="word")
+    config = rollout_config(num_threads=3, rollout_length=1, prompt_format="raw", twosome_normalization="word")
     arrays, _ = pack_batch(steps, [[5]] * 3, make_method("twosome", 0.95), config, tokenizer.pad_token_id)
     prompt_len = arrays["tokens"].shape[-1] - arrays["action_mask"].shape[-1]
     token_logprobs = candidate_token_logprobs(

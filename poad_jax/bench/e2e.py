@@ -14,17 +14,17 @@ after the first).  Config overrides use the training CLI's syntax:
 
 Side by side: `--versus=<overrides>` runs a second configuration (the same
 arguments plus the comma-separated overrides, e.g.
-`--versus=config.method=twosome` or `--versus=share_prompt=false`), each side
-in its own subprocess (`--rounds=N` alternates them N times and takes
-medians), and prints the ratio of the second's seconds per 1k env steps to
-the first's.  `--share_prompt=false` gives TWOSOME's per-candidate
-computation (every candidate runs the whole prompt again) instead of one
-prompt encoding per state.
+`--versus=config.method=twosome` or `--versus=config.share_prompt=false`),
+each side in its own subprocess (`--rounds=N` alternates them N times and
+takes medians), and prints the ratio of the second's seconds per 1k env
+steps to the first's.  `--config.share_prompt=false` (or its short form
+`--share_prompt=false`) gives TWOSOME's per-candidate computation (every
+candidate runs the whole prompt again) instead of one prompt encoding per
+state.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import pathlib
 import statistics
@@ -45,7 +45,7 @@ def parse(argv: list[str]):
     flags.DEFINE_integer("updates", 2, "PPO updates to run (one rollout each).", flag_values=values)
     flags.DEFINE_string("workdir", "", "Run directory (default: a temporary one, removed afterwards).",
                         flag_values=values)
-    flags.DEFINE_bool("share_prompt", True, "TWOSOME: encode each state's prompt once (false: per candidate).",
+    flags.DEFINE_bool("share_prompt", True, "False sets config.share_prompt=False (TWOSOME per candidate).",
                       flag_values=values)
     flags.DEFINE_string("versus", "", "Comma-separated overrides of a second side, e.g. config.method=twosome.",
                         flag_values=values)
@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
             return 2
         return side_by_side(argv, values.versus, int(values.rounds))
     from poad_jax import logging as run_logging
-    from poad_jax import methods, train
+    from poad_jax import train
 
     config = values.config
     updates = int(values.updates)
@@ -166,6 +166,7 @@ def main(argv: list[str]) -> int:
     config.tensorboard = False
     config.plot = False
     config.checkpoint_every = 10**9
+    config.share_prompt = bool(config.share_prompt) and bool(values.share_prompt)
 
     # Wall time per update: wrap the logger so each record gets the time since the previous one.
     marks = {"last": None}
@@ -179,9 +180,6 @@ def main(argv: list[str]) -> int:
         return original_log(self, record)
 
     run_logging.MetricsLogger.log = timed_log
-    # train.run builds its method with make_method; the bench chooses TWOSOME's computation.
-    original_make_method = train.make_method
-    train.make_method = functools.partial(methods.make_method, share_prompt=bool(values.share_prompt))
     with tempfile.TemporaryDirectory() as scratch:
         workdir = pathlib.Path(values.workdir or pathlib.Path(scratch) / "run")
         marks["last"] = time.perf_counter()
@@ -193,7 +191,6 @@ def main(argv: list[str]) -> int:
             return 2
         finally:
             run_logging.MetricsLogger.log = original_log
-            train.make_method = original_make_method
         total_s = time.perf_counter() - start
     records = [r for r in result.records if "seconds_wall" in r]  # not those of a resumed run
     if not records:
@@ -205,7 +202,7 @@ def main(argv: list[str]) -> int:
     peak = max(r["peak_rss_mb"] for r in records)
 
     sharing = "" if config.method != "twosome" else (
-        ", prompt shared" if values.share_prompt else ", per-candidate prompts")
+        ", prompt shared" if config.share_prompt else ", per-candidate prompts")
     print(f"e2e: {config.name} ({config.env.name}), model {config.model}, method {config.method}{sharing}, "
           f"matmuls {config.get('matmul_dtype', 'float32')}, "
           f"{config.num_threads} threads x {config.rollout_length} steps per update, "
@@ -228,7 +225,7 @@ def main(argv: list[str]) -> int:
         "config": config.name,
         "model": str(config.model),
         "method": str(config.method),
-        "share_prompt": bool(values.share_prompt),
+        "share_prompt": bool(config.share_prompt),
         "matmul_dtype": str(config.get("matmul_dtype", "float32")),
         "s_per_1k_env_steps": round(headline["s_per_1k_env_steps"], 2),
         "warm": warm is not None,

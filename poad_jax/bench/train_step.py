@@ -82,6 +82,7 @@ def run_jax(directory: str, args) -> dict:
     from flax import nnx
 
     from poad_jax import learner as learner_lib
+    from poad_jax.config import learner_config
     from poad_jax.methods import make_method
     from poad_jax.models import hf_io
     from poad_jax.models.llama import LoraConfig
@@ -100,7 +101,7 @@ def run_jax(directory: str, args) -> dict:
     graph, frozen, params = split_policy(model, head)
     del model, head
     method = make_method("poad", 0.95)
-    lconfig = learner_lib.LearnerConfig(gamma=0.95, epochs=1, num_minibatches=1, accumulation_steps=1)
+    lconfig = learner_config(gamma=0.95, epochs=1, num_minibatches=1, accumulation_steps=1)
     arrays = synthetic_arrays(args, config.vocab_size, config.hidden_size)
     rows, action = args.rows, args.action
     tokens = jnp.asarray(arrays["tokens"])

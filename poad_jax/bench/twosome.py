@@ -114,6 +114,7 @@ def measure(variant: str, args) -> dict:
 
     from poad_jax import learner as learner_lib
     from poad_jax.bench._shapes import build_random_model
+    from poad_jax.config import learner_config
     from poad_jax.methods import make_method
     from poad_jax.models.llama import LoraConfig
     from poad_jax.policy import ValueHead, split_policy
@@ -126,7 +127,7 @@ def measure(variant: str, args) -> dict:
     del model, head
     method = make_method("twosome" if variant.startswith("twosome") else "poad", 0.95,
                          share_prompt=variant != "twosome-per-candidate")
-    lconfig = learner_lib.LearnerConfig(gamma=0.95, num_minibatches=args.minibatches, target_kl=1e9)
+    lconfig = learner_config(gamma=0.95, num_minibatches=args.minibatches, target_kl=1e9)
     batch = synthetic_batch(variant, args, vocab, hidden)
     update, _ = learner_lib.make_update_fn(graph, method, lconfig)
     state = learner_lib.init_train_state(params, lconfig, jax.random.key(0))

@@ -1,1 +1,0 @@
-"""Training configurations (ml_collections), loaded by path: --config=configs/<task>.py."""

@@ -1,0 +1,385 @@
+"""The training configuration: its defaults, its validation, and its conversion.
+
+One source for each:
+
+- `default_config()`: every setting and its default (the paper's values,
+  DESIGN.md §5).  The task files `configs/<task>.py` start from it and set
+  what differs; `--config.x=y` overrides any field on the command line.
+- `validate(config)`: every range and choice check (`CHECKS`, one row per
+  field, plus the checks between fields in `_check_together`).  A bad value
+  raises `ConfigError` with one line naming the field; the trainer prints it
+  and exits with status 2.
+- `learner_config`, `rollout_config`: the dataclasses the library runs on
+  (`learner.LearnerConfig`, `rollout.RolloutConfig`), built from the
+  ConfigDict at the command-line boundary.  Their fields without a default
+  come from the config by name (`ppo.<name>` for the learner, a top-level
+  field for rollouts; `_SOURCES` lists the few exceptions), so they hold no
+  competing defaults.
+
+Adding a PPO setting touches one place for its default (`default_config`,
+under `ppo`) and one for its check (a row of `CHECKS`), plus a field of the
+same name in `LearnerConfig` where the learner uses it; `learner_config`
+copies it by name.
+
+This module imports no JAX at import time (the config files import it); the
+converters and the choice lists that live in JAX modules are imported when
+used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import pathlib
+import typing
+from typing import Any, Callable
+
+import ml_collections
+
+DTYPES = ("float32", "bfloat16", "float16")  # model parameters and activations
+MATMUL_DTYPES = ("float32", "bfloat16")  # float32: matmuls in `dtype` (exact)
+
+
+class ConfigError(Exception):
+    """A user mistake in the run's configuration or inputs, told in one line.
+
+    The trainer prints it as `error: <line>` and exits with status 2
+    (`train.TrainError` is this class)."""
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every training setting with its default.
+
+    PPO: the paper's hyper-parameters (DESIGN.md §5; clip 0.2, value clip
+    0.2, value coefficient 0.5, max grad norm 0.5, KL threshold 0.02, λ 0.95,
+    Adam ε 1e-5, LoRA r 8 α 16 on q and v).  γ, learning rates, threads x
+    steps and env steps are the paper's VirtualHome row (γ 0.95, actor lr
+    1e-6, critic lr 5e-5, 4 x 32, 6k env steps), which DataSciCoding shares
+    except for its 8 steps; Overcooked's γ 0.99 and rates 5e-7 / 1e-5 are set
+    in configs/overcooked.py.
+    """
+    config = ml_collections.ConfigDict()
+    config.name = "default"
+    config.method = "poad"  # poad | ntpo | twosome
+    config.gamma_w = -1.0  # NTPO's intra-action discount; < 0 means gamma (NTPO) / 1 (POAD, TWOSOME)
+    # TWOSOME: encode each state's prompt once and score every candidate action
+    # as a continuation of it (exact).  False: every candidate runs the whole
+    # prompt again (the per-candidate computation, kept for checks and benchmarks).
+    config.share_prompt = True
+    config.seed = 0
+    # Model: a name (smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct, tiny-random),
+    # a Hugging Face directory, or a .gguf file.
+    config.model = "smollm2-135m-instruct"
+    config.dtype = "float32"  # float32 on CPU; bfloat16 on GPU
+    # Matmul operands: "float32" (matmuls in `dtype`, exact) or "bfloat16"
+    # (bfloat16 base weights and operands, float32 accumulation: 1.7x the
+    # learner's and 1.3x the sampler's speed on CPUs with AMX/AVX-512-BF16).
+    config.matmul_dtype = "float32"
+    config.remat = "full"  # full | dots | none: what the layer scan keeps for backward
+    config.lora = ml_collections.ConfigDict(dict(rank=8, alpha=16.0, targets=("q_proj", "v_proj")))
+
+    config.env = ml_collections.ConfigDict()
+    config.env.name = "toy/decisive_token"
+    config.env.kwargs = ml_collections.ConfigDict()
+    config.env.vector_mode = "inline"  # inline | threads | processes
+
+    config.num_threads = 4
+    config.rollout_length = 32
+    config.total_env_steps = 6_000
+
+    config.prompt_format = "raw"  # chat (the tokenizer's chat template) | raw
+    config.system_prompt = ""
+    config.max_prompt_tokens = 1024
+    config.restricted_sampling = "trie"  # trie | action_scores (the paper code's way)
+    config.twosome_normalization = "token"  # token | word
+
+    config.sampling = ml_collections.ConfigDict(
+        dict(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=128)
+    )
+
+    config.ppo = ml_collections.ConfigDict(
+        dict(
+            gamma=0.95,
+            lam=0.95,
+            clip_eps=0.2,
+            value_clip_eps=0.2,
+            vf_coef=0.5,
+            ent_coef=0.01,
+            max_grad_norm=0.5,
+            target_kl=0.02,  # a minibatch whose approximate KL exceeds it is skipped
+            epochs=1,
+            num_minibatches=4,
+            accumulation_steps=1,  # micro-batches per minibatch (bounds activation memory)
+            actor_lr=1e-6,
+            critic_lr=5e-5,
+            adam_eps=1e-5,
+            normalize_advantages=True,
+        )
+    )
+    # kind: "head" (an MLP on the frozen base's features) | "lora" (a second adapter);
+    # target_update_every: hard-copy a target critic every K updates (0: off).
+    config.critic = ml_collections.ConfigDict(
+        dict(kind="head", hidden_sizes=(1024, 512), target_update_every=0)
+    )
+
+    config.checkpoint_every = 1  # updates between checkpoints
+    config.keep_checkpoints = 2
+    config.tensorboard = True
+    config.plot = True
+    return config
+
+
+def load_config_file(path: str | pathlib.Path) -> ml_collections.ConfigDict:
+    """`get_config()` of a config file given by path (as `--config=` loads it)."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no config file at {path}")
+    spec = importlib.util.spec_from_file_location(f"poad_config_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
+# ---------------------------------------------------------------------------
+# Validation: one row per checked field.
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One field's rule: `ok(value)` must hold; else `<field> must be <must>, got <value> (<why>)`."""
+
+    field: str
+    ok: Callable[[Any], bool]
+    must: str
+    why: str = ""
+
+
+def at_least(field: str, low: float, why: str = "") -> Check:
+    return Check(field, lambda v: v >= low, f">= {low}", why)
+
+
+def above(field: str, low: float, why: str = "") -> Check:
+    return Check(field, lambda v: v > low, f"> {low}", why)
+
+
+def within(field: str, low: float, high: float, open_low: bool = False, why: str = "") -> Check:
+    """low <= v <= high, or low < v <= high with `open_low`."""
+    if open_low:
+        return Check(field, lambda v: low < v <= high, f"in ({low}, {high}]", why)
+    return Check(field, lambda v: low <= v <= high, f"in [{low}, {high}]", why)
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+    """The field's value is one of `choices()` (a function: some lists live in JAX modules,
+    imported only when a config is validated).  `noun` words the error as
+    `unknown <noun> <value>; choose one of ...`; `many`: the value is a
+    non-empty sequence of choices."""
+
+    field: str
+    choices: Callable[[], tuple[str, ...]]
+    noun: str = ""
+    many: bool = False
+
+
+def _methods() -> tuple[str, ...]:
+    from poad_jax.methods import METHODS
+
+    return tuple(METHODS)
+
+
+def _remat_policies() -> tuple[str, ...]:
+    from poad_jax.models.llama import REMAT_POLICIES
+
+    return tuple(REMAT_POLICIES)
+
+
+def _lora_targets() -> tuple[str, ...]:
+    from poad_jax.models.llama import LORA_TARGETS
+
+    return tuple(LORA_TARGETS)
+
+
+def _environments() -> tuple[str, ...]:
+    import envs_py
+
+    return tuple(envs_py.registry())
+
+
+CHECKS: tuple[Check | OneOf, ...] = (
+    OneOf("method", _methods, noun="method"),
+    OneOf("env.name", _environments, noun="environment"),
+    OneOf("dtype", lambda: DTYPES),
+    OneOf("matmul_dtype", lambda: MATMUL_DTYPES),
+    OneOf("remat", _remat_policies),
+    OneOf("prompt_format", lambda: ("chat", "raw")),
+    OneOf("restricted_sampling", lambda: ("trie", "action_scores")),
+    OneOf("twosome_normalization", lambda: ("token", "word")),
+    OneOf("critic.kind", lambda: ("head", "lora")),
+    OneOf("env.vector_mode", lambda: ("inline", "threads", "processes")),
+    Check("share_prompt", lambda v: isinstance(v, bool), "True or False"),
+    Check("gamma_w", lambda v: v < 0 or 0 < v <= 1, "in (0, 1], or negative for the method's default"),
+    at_least("num_threads", 1),
+    at_least("rollout_length", 1),
+    at_least("total_env_steps", 1),
+    at_least("max_prompt_tokens", 1),
+    above("sampling.temperature", 0, "training samples its actions; 0 would be greedy"),
+    at_least("sampling.top_k", 0, "0 turns top-k off"),
+    within("sampling.top_p", 0, 1, open_low=True, why="1 turns top-p off"),
+    at_least("sampling.max_new_tokens", 1, "an action needs at least one token"),
+    at_least("lora.rank", 1, "the adapter is what training changes"),
+    above("lora.alpha", 0),
+    OneOf("lora.targets", _lora_targets, many=True),
+    within("ppo.gamma", 0, 1, open_low=True),
+    within("ppo.lam", 0, 1),
+    above("ppo.clip_eps", 0, "PPO's ratio clip; 0 would stop all learning"),
+    above("ppo.value_clip_eps", 0),
+    at_least("ppo.vf_coef", 0),
+    at_least("ppo.ent_coef", 0, "a negative coefficient would reward collapsing the policy"),
+    above("ppo.max_grad_norm", 0),
+    above("ppo.target_kl", 0),
+    at_least("ppo.epochs", 1, "0 epochs would train nothing"),
+    at_least("ppo.num_minibatches", 1),
+    at_least("ppo.accumulation_steps", 1),
+    at_least("ppo.actor_lr", 0, "a negative rate would ascend the loss"),
+    at_least("ppo.critic_lr", 0, "a negative rate would ascend the loss"),
+    above("ppo.adam_eps", 0),
+    Check("critic.hidden_sizes", lambda v: all(int(h) >= 1 for h in v), "positive layer widths"),
+    at_least("critic.target_update_every", 0, "0 turns the target critic off"),
+    at_least("checkpoint_every", 1, "updates between checkpoints"),
+    at_least("keep_checkpoints", 1, "a run without a checkpoint can be neither resumed nor exported"),
+)
+
+
+def field_value(config: ml_collections.ConfigDict, dotted: str) -> Any:
+    """`config.a.b` for "a.b"; ConfigError if the config has no such field."""
+    node: Any = config
+    for part in dotted.split("."):
+        try:
+            node = node[part]
+        except (KeyError, AttributeError, TypeError):
+            raise ConfigError(f"the config has no field {dotted} (start config files from "
+                              "poad_jax.config.default_config())") from None
+    return node
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def check_field(config: ml_collections.ConfigDict, check: Check | OneOf) -> None:
+    """Raises ConfigError (one line naming the field) if `config` breaks `check`."""
+    value = field_value(config, check.field)
+    if isinstance(check, OneOf):
+        choices = check.choices()
+        listed = ", ".join(str(c) for c in choices)
+        if check.many and len(value) and all(v in choices for v in value) or not check.many and value in choices:
+            return
+        if check.many:
+            raise ConfigError(f"{check.field} must be one or more of {listed}, got {tuple(value)}")
+        if check.noun:
+            raise ConfigError(f"unknown {check.noun} {value!r} ({check.field}); choose one of {listed}")
+        raise ConfigError(f"{check.field} must be one of {listed}, got {_shown(value)}")
+    try:
+        ok = bool(check.ok(value))
+    except (TypeError, ValueError):  # e.g. a string where a number belongs
+        ok = False
+    if isinstance(value, float) and math.isnan(value):
+        ok = False
+    if not ok:
+        why = f" ({check.why})" if check.why else ""
+        raise ConfigError(f"{check.field} must be {check.must}, got {_shown(value)}{why}")
+
+
+def _check_together(config: ml_collections.ConfigDict) -> None:
+    """Checks between fields: the rollout's rows split evenly into minibatches and micro-batches."""
+    rows = config.num_threads * config.rollout_length
+    chunks = config.ppo.num_minibatches * config.ppo.accumulation_steps
+    if rows % chunks:
+        raise ConfigError(
+            f"num_threads x rollout_length ({rows}) must be divisible by ppo.num_minibatches x "
+            f"ppo.accumulation_steps ({config.ppo.num_minibatches} x {config.ppo.accumulation_steps})"
+        )
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """The one validation of a training config: every row of `CHECKS`, then the
+    checks between fields.  Raises ConfigError with one line naming the field."""
+    for check in CHECKS:
+        check_field(config, check)
+    _check_together(config)
+
+
+# ---------------------------------------------------------------------------
+# Conversion to the library's dataclasses (at the command-line boundary).
+
+# Learner fields read from somewhere other than `ppo.<name>`.
+_SOURCES = {"temperature": "sampling.temperature", "critic_kind": "critic.kind"}
+
+
+def _value_or_default(config: ml_collections.ConfigDict, dotted: str, defaults: ml_collections.ConfigDict) -> Any:
+    """The config's value; the default for a field absent from it (a run directory's
+    `config.json` written before the field existed)."""
+    try:
+        return field_value(config, dotted)
+    except ConfigError:
+        return field_value(defaults, dotted)
+
+
+def _cast(kind: Any, value: Any) -> Any:
+    """A config value as the dataclass field's type (JSON-stored configs hold lists for tuples)."""
+    if kind in (int, float, bool, str):
+        return kind(value)
+    return value
+
+
+def _from_config(cls: type, config: ml_collections.ConfigDict, source: Callable[[str], str],
+                 fields: dict[str, Any]) -> Any:
+    """`cls` with each field that has no default read from `config` at `source(name)`, and `fields` replacing any."""
+    defaults = default_config()
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for field in dataclasses.fields(cls):
+        required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        if required and field.name not in fields:
+            values[field.name] = _cast(hints[field.name], _value_or_default(config, source(field.name), defaults))
+    return cls(**values, **fields)
+
+
+def learner_config(config: ml_collections.ConfigDict | None = None, **fields: Any):
+    """`learner.LearnerConfig` from `config` (default: `default_config()`).
+
+    Each field is `config.ppo.<name>`, except `temperature`
+    (`sampling.temperature`) and `critic_kind` (`critic.kind`); `fields`
+    replace any (tests and benchmarks: `learner_config(gamma=0.9)`).
+    """
+    from poad_jax.learner import LearnerConfig
+
+    config = default_config() if config is None else config
+    return _from_config(LearnerConfig, config, lambda name: _SOURCES.get(name, f"ppo.{name}"), fields)
+
+
+def sampling_config(config: ml_collections.ConfigDict | None = None, eos_ids: tuple[int, ...] = ()):
+    """`sampling.SamplingConfig` from `config.sampling` (each field by name), stopping at `eos_ids`."""
+    from poad_jax.sampling import SamplingConfig
+
+    config = default_config() if config is None else config
+    sampling = {key: value for key, value in _value_or_default(config, "sampling", default_config()).items()}
+    hints = typing.get_type_hints(SamplingConfig)
+    return SamplingConfig(**{k: _cast(hints[k], v) for k, v in sampling.items()},
+                          stop_token_ids=tuple(int(i) for i in eos_ids))
+
+
+def rollout_config(config: ml_collections.ConfigDict | None = None, eos_ids: tuple[int, ...] = (), **fields: Any):
+    """`rollout.RolloutConfig` from `config` (default: `default_config()`).
+
+    Each field without a default is the top-level config field of its name;
+    `sampling` is `sampling_config(config, eos_ids)`; `fields` replace any.
+    """
+    from poad_jax.rollout import RolloutConfig
+
+    config = default_config() if config is None else config
+    if "sampling" not in fields:
+        fields["sampling"] = sampling_config(config, eos_ids)
+    return _from_config(RolloutConfig, config, lambda name: name, fields)

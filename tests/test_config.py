@@ -1,0 +1,253 @@
+"""One source for the training configuration (`poad_jax.config`): its defaults,
+its validation, its conversion to the library's dataclasses, and config files
+that load by path from any working directory."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+
+from poad_jax import config as config_lib
+from poad_jax import train
+from poad_jax.learner import LearnerConfig
+from poad_jax.rollout import RolloutConfig
+from poad_jax.sampling import SamplingConfig
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CONFIG_FILES = sorted((REPO / "configs").glob("*.py"))
+ROLLOUT_SETTINGS = ("num_threads", "rollout_length", "prompt_format", "system_prompt", "max_prompt_tokens",
+                    "restricted_sampling", "twosome_normalization")
+
+
+def leaves(tree, prefix=""):
+    """{"ppo.gamma": 0.95, ...}: the dotted names of a ConfigDict's leaves."""
+    out = {}
+    for key, value in tree.items():
+        if hasattr(value, "items") and key != "kwargs":
+            out.update(leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def expected_learner_fields(config) -> dict:
+    """What the learner must run with: every `ppo` field by name, the temperature and the critic kind."""
+    return {**dict(config.ppo.items()), "temperature": config.sampling.temperature, "critic_kind": config.critic.kind}
+
+
+def expected_rollout_fields(config, eos_ids=()) -> dict:
+    sampling = SamplingConfig(**dict(config.sampling.items()), stop_token_ids=eos_ids)
+    return {**{name: config[name] for name in ROLLOUT_SETTINGS}, "sampling": sampling}
+
+
+# ---------------------------------------------------------------------------
+# One source of defaults.
+
+
+@pytest.mark.parametrize("path", [None, *CONFIG_FILES], ids=lambda p: "default" if p is None else p.name)
+def test_dataclasses_carry_exactly_the_configs_values(path):
+    """Every LearnerConfig field is the config's value (and every `ppo` setting
+    reaches the learner); every rollout setting reaches RolloutConfig."""
+    config = config_lib.default_config() if path is None else config_lib.load_config_file(path)
+    learner = config_lib.learner_config(config)
+    assert dataclasses.asdict(learner) == expected_learner_fields(config)
+    rollout = config_lib.rollout_config(config, (7, 9))
+    got = {f.name: getattr(rollout, f.name) for f in dataclasses.fields(rollout) if not f.name.endswith("buckets")}
+    assert got == expected_rollout_fields(config, (7, 9))
+
+
+def test_dataclasses_keep_no_competing_defaults():
+    """The settings have no defaults in the dataclasses (only the layout's bucket lists do);
+    the sampler's own defaults (it is also used outside training) equal the config's."""
+    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(LearnerConfig))
+    defaulted = {f.name for f in dataclasses.fields(RolloutConfig) if f.default is not dataclasses.MISSING}
+    assert defaulted == {"prompt_buckets", "action_buckets"}
+    assert not defaulted & set(leaves(config_lib.default_config()))
+    sampler_defaults = SamplingConfig()
+    for name, value in config_lib.default_config().sampling.items():
+        assert getattr(sampler_defaults, name) == value, name
+
+
+def test_defaults_are_the_papers_virtualhome_row():
+    """DESIGN.md §5: γ 0.95, actor lr 1e-6, critic lr 5e-5, 4 threads x 32 steps (VirtualHome; DataSciCoding's γ
+    and rates too), with the PPO constants shared by every task."""
+    ppo = config_lib.default_config().ppo
+    assert (ppo.gamma, ppo.actor_lr, ppo.critic_lr, ppo.lam, ppo.clip_eps, ppo.value_clip_eps) == (
+        0.95, 1e-6, 5e-5, 0.95, 0.2, 0.2)
+    assert (ppo.vf_coef, ppo.max_grad_norm, ppo.target_kl, ppo.adam_eps) == (0.5, 0.5, 0.02, 1e-5)
+    config = config_lib.default_config()
+    assert (config.num_threads, config.rollout_length, config.lora.rank, config.lora.alpha) == (4, 32, 8, 16.0)
+    overcooked = config_lib.load_config_file(REPO / "configs" / "overcooked.py").ppo
+    assert (overcooked.gamma, overcooked.actor_lr, overcooked.critic_lr) == (0.99, 5e-7, 1e-5)
+
+
+def test_overrides_replace_dataclass_fields():
+    assert config_lib.learner_config(gamma=0.5, epochs=3) == dataclasses.replace(
+        config_lib.learner_config(), gamma=0.5, epochs=3)
+    assert config_lib.rollout_config(num_threads=2).num_threads == 2
+
+
+def test_a_stored_config_without_a_newer_field_converts_with_its_default():
+    """Run directories keep `config.json` as written then: a field added since takes its default."""
+    stored = train.config_as_json(config_lib.default_config())
+    del stored["ppo"]["accumulation_steps"], stored["twosome_normalization"]
+    stored["ppo"]["gamma"] = 0.9
+    config = ml_collections.ConfigDict(stored)
+    learner = config_lib.learner_config(config)
+    assert learner.accumulation_steps == 1 and learner.gamma == 0.9
+    assert config_lib.rollout_config(config).twosome_normalization == "token"
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_the_trainer_runs_on_the_converted_config(tmp_path, monkeypatch):
+    """train.run hands the rollout collector the RolloutConfig built from its config, and TWOSOME's
+    method the config's `share_prompt`."""
+    config = config_lib.load_config_file(REPO / "configs" / "toy.py")
+    config.method = "twosome"
+    config.share_prompt = False
+    config.ppo.gamma = 0.9
+    seen = {}
+
+    def capture_collector(envs, tokenizer, sampler, method, rconfig, seed):
+        seen.update(method=method, rconfig=rconfig, eos=tuple(tokenizer.eos_token_ids))
+        raise _Stop
+
+    monkeypatch.setattr(train, "RolloutCollector", capture_collector)
+    with pytest.raises(_Stop):
+        train.run(config, tmp_path / "w", show_progress=False)
+    assert seen["method"].name == "twosome" and seen["method"].share_prompt is False
+    got = {f.name: getattr(seen["rconfig"], f.name) for f in dataclasses.fields(RolloutConfig)
+           if not f.name.endswith("buckets")}
+    assert got == expected_rollout_fields(config, seen["eos"])
+    config.share_prompt = True
+    with pytest.raises(_Stop):
+        train.run(config, tmp_path / "w2", show_progress=False)
+    assert seen["method"].share_prompt is True
+
+
+def test_the_trainers_learner_config_is_the_configs(tmp_path, monkeypatch):
+    """train.run compiles its update with the LearnerConfig built from its config."""
+    config = config_lib.load_config_file(REPO / "configs" / "toy.py")
+    config.ppo.gamma, config.ppo.clip_eps, config.critic.kind = 0.9, 0.3, "lora"
+    seen = {}
+
+    def capture_update(graph, method, lconfig):
+        seen["lconfig"] = lconfig
+        raise _Stop
+
+    monkeypatch.setattr(train, "make_update_fn", capture_update)
+    with pytest.raises(_Stop):
+        train.run(config, tmp_path / "w", show_progress=False)
+    assert dataclasses.asdict(seen["lconfig"]) == expected_learner_fields(config)
+
+
+# ---------------------------------------------------------------------------
+# Config files.
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
+def test_every_config_file_starts_from_the_defaults_and_validates(path):
+    config = config_lib.load_config_file(path)
+    config_lib.validate(config)
+    assert set(leaves(config)) == set(leaves(config_lib.default_config()))  # no field lost, none invented
+
+
+def test_no_config_file_edits_sys_path():
+    for path in CONFIG_FILES:
+        assert "sys.path" not in path.read_text(), path.name
+
+
+def test_config_files_load_from_another_working_directory(tmp_path):
+    """By path, from elsewhere: the library's loader, and the CLI with an override (a bad one, so that the
+    command stops at validation with one line instead of training)."""
+    script = ("import sys\nfrom poad_jax import config\n"
+              "for path in sys.argv[1:]:\n    config.validate(config.load_config_file(path))\nprint('ok')")
+    done = subprocess.run([sys.executable, "-c", script, *map(str, CONFIG_FILES)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    done = subprocess.run(
+        [sys.executable, "-m", "poad_jax.train", f"--config={REPO / 'configs' / 'datasci_qwen.py'}",
+         "--config.ppo.gamma=1.5", f"--workdir={tmp_path / 'w'}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == "error: ppo.gamma must be in (0, 1], got 1.5"
+
+
+# ---------------------------------------------------------------------------
+# One validation.
+
+
+def _a_breaking_value(check):
+    """A value that breaks `check` (the first of a few candidates its rule refuses)."""
+    if isinstance(check, config_lib.OneOf):
+        return ("no_such_choice",) if check.many else "no_such_choice"
+    for value in (-1, 0, -0.5, 1.5, 2, (), (0,)):
+        try:
+            if not check.ok(value):
+                return value
+        except TypeError:
+            continue
+    raise AssertionError(f"no candidate breaks {check.field}")
+
+
+@pytest.mark.parametrize("check", config_lib.CHECKS, ids=lambda c: c.field)
+def test_each_check_refuses_with_one_line_naming_its_field(check):
+    config = config_lib.default_config()
+    *parents, leaf = check.field.split(".")
+    node = config
+    for parent in parents:
+        node = node[parent]
+    with node.ignore_type():
+        node[leaf] = _a_breaking_value(check)
+    with pytest.raises(config_lib.ConfigError) as error:
+        config_lib.validate(config)
+    message = str(error.value)
+    assert check.field in message and "\n" not in message, message
+
+
+def test_validation_accepts_edge_values():
+    config = config_lib.default_config()
+    config.ppo.gamma, config.ppo.lam, config.gamma_w, config.sampling.top_p = 1.0, 0.0, 0.5, 1.0
+    config.ppo.actor_lr = config.critic.target_update_every = config.sampling.top_k = 0
+    config_lib.validate(config)
+
+
+def test_a_config_missing_a_field_is_one_line():
+    config = config_lib.default_config()
+    del config["twosome_normalization"]
+    with pytest.raises(config_lib.ConfigError, match="has no field twosome_normalization"):
+        config_lib.validate(config)
+
+
+@pytest.mark.parametrize(
+    "override, line",
+    [
+        ("method=ppo", "unknown method 'ppo' (method); choose one of poad, ntpo, twosome"),
+        ("prompt_format=html", "prompt_format must be one of chat, raw, got 'html'"),
+        ("ppo.epochs=0", "ppo.epochs must be >= 1, got 0 (0 epochs would train nothing)"),
+        ("ppo.gamma=1.5", "ppo.gamma must be in (0, 1], got 1.5"),
+        ("lora.targets=('x_proj',)",
+         "lora.targets must be one or more of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, "
+         "got ('x_proj',)"),
+        ("ppo.num_minibatches=3", "num_threads x rollout_length (16) must be divisible by ppo.num_minibatches x "
+                                  "ppo.accumulation_steps (3 x 1)"),
+    ],
+    ids=["named-choice", "choice", "lower-bound", "interval", "subset", "between-fields"],
+)
+def test_cli_refuses_a_bad_value_of_each_kind_in_one_line(tmp_path, override, line):
+    done = subprocess.run(
+        [sys.executable, "-m", "poad_jax.train", "--config=configs/toy.py", f"--config.{override}",
+         f"--workdir={tmp_path / 'w'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert [text for text in done.stderr.splitlines() if text.strip()] == [f"error: {line}"]
+    assert not (tmp_path / "w").exists()
