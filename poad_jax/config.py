@@ -274,10 +274,12 @@ def check_field(config: ml_collections.ConfigDict, check: Check | OneOf) -> None
     if isinstance(check, OneOf):
         choices = check.choices()
         listed = ", ".join(str(c) for c in choices)
-        if check.many and len(value) and all(v in choices for v in value) or not check.many and value in choices:
-            return
         if check.many:
+            if len(value) and all(v in choices for v in value):
+                return
             raise ConfigError(f"{check.field} must be one or more of {listed}, got {tuple(value)}")
+        if value in choices:
+            return
         if check.noun:
             raise ConfigError(f"unknown {check.noun} {value!r} ({check.field}); choose one of {listed}")
         raise ConfigError(f"{check.field} must be one of {listed}, got {_shown(value)}")
@@ -365,7 +367,7 @@ def sampling_config(config: ml_collections.ConfigDict | None = None, eos_ids: tu
     from poad_jax.sampling import SamplingConfig
 
     config = default_config() if config is None else config
-    sampling = {key: value for key, value in _value_or_default(config, "sampling", default_config()).items()}
+    sampling = dict(_value_or_default(config, "sampling", default_config()).items())
     hints = typing.get_type_hints(SamplingConfig)
     return SamplingConfig(**{k: _cast(hints[k], v) for k, v in sampling.items()},
                           stop_token_ids=tuple(int(i) for i in eos_ids))
