@@ -18,6 +18,7 @@ CURVES = (
     ("episode_return", "episode return"),
     ("success_rate", "episode success"),
     ("step_reward_mean", "mean step reward (per update)"),
+    ("success_reward_mean", "mean reward of successful steps (e.g. AUC of programs that ran)"),
     ("best_step_reward", "best successful step (e.g. AUC)"),
     ("policy_loss", "policy loss"),
     ("value_loss", "value loss"),
@@ -146,7 +147,7 @@ def plot_curves(records: list[dict[str, Any]], path: str | pathlib.Path,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 4, figsize=(17, 6.5))
+    fig, axes = plt.subplots(3, 3, figsize=(14, 9.5))
     steps = [r.get("env_steps", 0) for r in records]
     points = episode_points(episodes or {})
     for ax, (key, title) in zip(axes.flat, CURVES):
@@ -207,7 +208,7 @@ def progress_postfix(episodes: dict[str, Any], approx_kl: float | None = None, w
 
 def summary_table(records: list[dict[str, Any]], keys: Iterable[str] = (
     "env_steps", "episodes", "episode_return", "success_rate", "steps_succeeded", "step_reward_mean",
-    "best_step_reward", "policy_loss", "value_loss",
+    "success_reward_mean", "best_step_reward", "policy_loss", "value_loss",
     "entropy", "approx_kl", "clip_fraction", "explained_variance", "skipped_minibatches",
     "seconds_sampling", "seconds_env", "seconds_learner",
 )) -> str:

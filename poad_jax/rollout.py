@@ -79,8 +79,9 @@ class EpisodeStats:
     The step counters say what happened before any episode ends (a
     DataSciCoding episode lasts up to 5 attempts): `steps` env steps,
     `succeeded_steps` of them with `info["success"]` (programs that ran),
-    `reward_sum` of their rewards, `best_success_reward` the best reward of
-    a successful step (the best AUC), and `failure_kinds` how often each
+    `reward_sum` of their rewards, `success_reward_sum` of the successful
+    steps' rewards (DataSciCoding: their AUCs), `best_success_reward` the
+    best reward of a successful step (the best AUC), and `failure_kinds` how often each
     kind of failure (the error's exception name) occurred.
     """
 
@@ -91,6 +92,7 @@ class EpisodeStats:
     steps: int = 0
     succeeded_steps: int = 0
     reward_sum: float = 0.0
+    success_reward_sum: float = 0.0
     best_success_reward: float | None = None
     failure_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -101,6 +103,7 @@ class EpisodeStats:
         self.running_return[thread] += reward
         if info.get("success", False):
             self.succeeded_steps += 1
+            self.success_reward_sum += reward
             if self.best_success_reward is None or reward > self.best_success_reward:
                 self.best_success_reward = reward
         elif info.get("error"):
@@ -112,9 +115,9 @@ class EpisodeStats:
             self.finished_env_steps.append(int(env_steps))
             self.running_return[thread] = 0.0
 
-    def counters(self) -> tuple[int, int, float]:
-        """(steps, succeeded_steps, reward_sum): a snapshot for `step_summary`."""
-        return self.steps, self.succeeded_steps, self.reward_sum
+    def counters(self) -> tuple[int, int, float, float]:
+        """(steps, succeeded_steps, reward_sum, success_reward_sum): a snapshot for `step_summary`."""
+        return self.steps, self.succeeded_steps, self.reward_sum, self.success_reward_sum
 
     def state_dict(self) -> dict[str, Any]:
         """The history a resumed run needs (JSON-able; running returns restart with the episodes)."""
@@ -125,6 +128,7 @@ class EpisodeStats:
             "steps": self.steps,
             "succeeded_steps": self.succeeded_steps,
             "reward_sum": self.reward_sum,
+            "success_reward_sum": self.success_reward_sum,
             "best_success_reward": self.best_success_reward,
             "failure_kinds": dict(self.failure_kinds),
         }
@@ -138,6 +142,7 @@ class EpisodeStats:
         self.steps = int(state.get("steps", 0))
         self.succeeded_steps = int(state.get("succeeded_steps", 0))
         self.reward_sum = float(state.get("reward_sum", 0.0))
+        self.success_reward_sum = float(state.get("success_reward_sum", 0.0))
         self.best_success_reward = state.get("best_success_reward")
         self.failure_kinds = dict(state.get("failure_kinds", {}))
         self.running_return = [0.0] * len(self.running_return)
@@ -400,12 +405,15 @@ def episode_summary(stats: EpisodeStats, since: int, window: int = 100) -> dict[
 
 def step_summary(stats: EpisodeStats, before: tuple[int, int, float]) -> dict[str, Any]:
     """What the env steps since `before = stats.counters()` did: how many, how
-    many succeeded (DataSciCoding: programs that ran), their mean reward, and
-    the best successful step's reward so far (None before the first success)."""
-    steps, succeeded, reward_sum = (now - then for now, then in zip(stats.counters(), before))
+    many succeeded (DataSciCoding: programs that ran), the mean reward of all
+    of them and of the successful ones (the mean AUC of the programs that
+    ran; NaN when none did), and the best successful step's reward so far
+    (None before the first success)."""
+    steps, succeeded, reward_sum, success_sum = (now - then for now, then in zip(stats.counters(), before))
     return {
         "steps_succeeded": int(succeeded),
         "step_reward_mean": float(reward_sum / steps) if steps else float("nan"),
+        "success_reward_mean": float(success_sum / succeeded) if succeeded else float("nan"),
         "steps_succeeded_total": stats.succeeded_steps,
         "best_step_reward": stats.best_success_reward,
     }

@@ -68,6 +68,8 @@ def test_episode_stats_count_what_happened():
     before = _stats_after(STEPS[:2]).counters()
     summary = step_summary(stats, before)
     assert summary["steps_succeeded"] == 1 and summary["step_reward_mean"] == pytest.approx(np.mean(rewards[2:]))
+    assert summary["success_reward_mean"] == 0.5  # the one program that ran in those steps
+    assert np.isnan(step_summary(stats, stats.counters())["success_reward_mean"])  # none ran
 
 
 def test_progress_postfix_before_and_after_the_first_episode():
