@@ -94,8 +94,21 @@ class Study:
     report: dict[str, Any]
 
     def identity(self) -> dict[str, Any]:
-        """What a workdir records to recognise its study."""
-        return {"name": self.name, "base_config": str(self.base_config)}
+        """What a workdir records to recognise its study: its name and base config,
+        the latter relative to the repository when inside it (a moved clone still matches)."""
+        try:
+            base = self.base_config.relative_to(REPO).as_posix()
+        except ValueError:
+            base = str(self.base_config)
+        return {"name": self.name, "base_config": base}
+
+    def recorded_in(self, recorded: dict[str, Any] | None) -> bool:
+        """True if `recorded` (a workdir's study.json) is this study's, from this or another
+        checkout (older workdirs recorded the base config's absolute path)."""
+        mine, theirs = self.identity(), (recorded or {}).get("identity") or {}
+        base = str(theirs.get("base_config", ""))
+        return theirs.get("name") == mine["name"] and (base == mine["base_config"]
+                                                       or base.endswith("/" + mine["base_config"]))
 
 
 def _plain(value: Any) -> Any:
@@ -353,7 +366,7 @@ def check_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> Non
     if workdir.exists() and not workdir.is_dir():
         raise StudyError(f"workdir {workdir} is a file, not a directory")
     recorded = read_json(workdir / STUDY_FILE)
-    if recorded is not None and recorded.get("identity") != study.identity():
+    if recorded is not None and not study.recorded_in(recorded):
         raise StudyError(
             f"workdir {workdir} holds study {recorded.get('identity', {}).get('name')!r} "
             f"({recorded.get('identity', {}).get('base_config')}), not {study.name!r}: choose another --workdir"
@@ -861,7 +874,7 @@ def main(argv: list[str] | None = None) -> int:
             if not (workdir / STUDY_FILE).exists():
                 raise StudyError(f"{workdir} holds no study yet: run it first (without --report)")
             recorded = read_json(workdir / STUDY_FILE) or {}
-            if recorded.get("identity") != study.identity():
+            if not study.recorded_in(recorded):
                 raise StudyError(f"workdir {workdir} holds another study ({recorded.get('identity')})")
         else:
             status = run_study(study, workdir, workers=args.workers, reuse=not args.no_reuse)

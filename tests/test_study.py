@@ -244,3 +244,14 @@ def test_a_group_without_any_ended_episode_plots_an_empty_curve_rather_than_fail
     steps, mean, std = study_lib.band([(np.array([32.0, 64.0, 96.0, 128.0]), no_episode_yet)] * 2, window=2)
     np.testing.assert_array_equal(steps, [32.0, 64.0, 96.0, 128.0])
     assert mean.shape == std.shape == (4,) and np.isnan(mean).all() and np.isnan(std).all()
+
+
+def test_a_study_workdir_is_recognised_from_another_checkout_but_not_as_another_study(tmp_path):
+    study = study_lib.load_study(write_study(tmp_path))
+    assert study.identity()["base_config"] == "configs/toy.py"  # relative: a moved clone still matches
+    elsewhere = {"identity": {"name": study.name, "base_config": "/old/clone/configs/toy.py"}}
+    assert study.recorded_in(elsewhere) and study.recorded_in({"identity": study.identity()})
+    assert not study.recorded_in({"identity": {"name": "other", "base_config": "configs/toy.py"}})
+    assert not study.recorded_in({"identity": {"name": study.name, "base_config": "/old/clone/configs/synthetic.py"}})
+    assert not study.recorded_in({"identity": {"name": study.name, "base_config": "/old/clone/xconfigs/toy.py"}})
+    assert not study.recorded_in(None)
