@@ -159,12 +159,61 @@ def _take_rows(tree, index):
     return jax.tree.map(lambda x: jnp.take(x, index, axis=0), tree)
 
 
+def _take_group_rows(tree, index):
+    """Rows `index [G, k]` of `tree`, whose N rows form G equal contiguous
+    groups and `index[g]` indexes rows within group g: `[G * k, ...]`, group
+    by group.  With the rows split over G devices (`poad_jax.distributed`)
+    every device takes only its own rows (a batched gather, no collective);
+    G = 1 is a plain take.
+    """
+    groups = index.shape[0]
+    if groups == 1:
+        return _take_rows(tree, index[0])
+
+    def take(x):
+        grouped = x.reshape(groups, x.shape[0] // groups, *x.shape[1:])
+        taken = jax.vmap(lambda rows, i: jnp.take(rows, i, axis=0))(grouped, index)
+        return taken.reshape(-1, *x.shape[1:])
+
+    return jax.tree.map(take, tree)
+
+
+def minibatch_order(rng: jax.Array, num_rows: int, num_minibatches: int, row_groups: int = 1) -> jax.Array:
+    """`[M, G, N / (M G)]` row indices within each of G groups: minibatch m
+    takes chunk m of an independent permutation of every group's N / G rows.
+
+    G = 1 is one permutation of all rows (minibatches drawn uniformly).  G > 1
+    (one group per batch shard) keeps every minibatch's rows on the devices
+    that hold them: a global permutation would move rows between devices.
+    """
+    if row_groups == 1:
+        return jax.random.permutation(rng, num_rows).reshape(num_minibatches, 1, -1)
+    keys = jax.random.split(rng, row_groups)
+    perms = jax.vmap(lambda key: jax.random.permutation(key, num_rows // row_groups))(keys)
+    return jnp.swapaxes(perms.reshape(row_groups, num_minibatches, -1), 0, 1)
+
+
 def make_update_fn(
     graph: PolicyGraph, method: Method, config: LearnerConfig
 ) -> tuple[Callable[[TrainState, FrozenBase, TokenBatch], tuple[TrainState, dict]], Callable[[], int]]:
     """Builds the jit-compiled update `(state, frozen, batch) -> (state, metrics)`.
 
     Returns the update function and a function giving its compile count.
+    (On a device mesh: `poad_jax.distributed.make_sharded_update_fn`.)
+    """
+    update, compiles = build_update(graph, method, config)
+    return jax.jit(update, donate_argnums=(0,)), compiles
+
+
+def build_update(
+    graph: PolicyGraph, method: Method, config: LearnerConfig, row_groups: int = 1
+) -> tuple[Callable[[TrainState, FrozenBase, TokenBatch], tuple[TrainState, dict]], Callable[[], int]]:
+    """The update function before `jax.jit`, and its trace count.
+
+    `row_groups` G: the batch's rows form G equal contiguous groups (one per
+    device holding rows) and every minibatch and micro-batch takes the same
+    number of rows from each group (`minibatch_order`); G = 1 is one
+    permutation of all rows.
     """
     actor_opt, critic_opt = make_optimizers(config)
     traces = {"count": 0}
@@ -192,23 +241,26 @@ def make_update_fn(
 
     def minibatch_step(carry, minibatch_index, frozen, batch, advantages, returns):
         state = carry
-        mb = _take_rows(batch, minibatch_index)
-        mb_adv = _take_rows(advantages, minibatch_index)
-        mb_ret = _take_rows(returns, minibatch_index)
+        mb = _take_group_rows(batch, minibatch_index)
+        mb_adv = _take_group_rows(advantages, minibatch_index)
+        mb_ret = _take_group_rows(returns, minibatch_index)
         mask = method.scheme.valid(mb)
         if config.normalize_advantages:
             mb_adv = losses.normalize_advantages(mb_adv, mask)
         micro = config.accumulation_steps
-        micro_rows = minibatch_index.shape[0] // micro
-        micro_index = jnp.arange(minibatch_index.shape[0]).reshape(micro, micro_rows)
-        counts = jnp.sum(mask.reshape(micro, -1), axis=-1).astype(jnp.float32)
+        groups, group_rows = minibatch_index.shape
+        micro_rows = group_rows // micro  # micro-batch j: chunk j of every group's rows
+        micro_index = jnp.broadcast_to(
+            jnp.arange(group_rows).reshape(micro, 1, micro_rows), (micro, groups, micro_rows)
+        )
+        counts = jnp.sum(mask.reshape(groups, micro, -1), axis=(0, 2)).astype(jnp.float32)
         weights = counts / jnp.maximum(jnp.sum(counts), 1.0)
 
         def accumulate(acc, inputs):
             index, weight = inputs
             (loss, stats), grads = grad_fn(
-                state.params, frozen, _take_rows(mb, index), _take_rows(mb_adv, index),
-                _take_rows(mb_ret, index), weight,
+                state.params, frozen, _take_group_rows(mb, index), _take_group_rows(mb_adv, index),
+                _take_group_rows(mb_ret, index), weight,
             )
             acc = jax.tree.map(jnp.add, acc, (loss, stats, grads))
             return acc, None
@@ -243,13 +295,18 @@ def make_update_fn(
         traces["count"] += 1  # runs at trace time only: counts compilations
         num_rows = batch.num_rows
         check_batch_rows(num_rows, config)
+        if num_rows % (config.num_minibatches * config.accumulation_steps * row_groups):
+            raise ValueError(
+                f"rows per update ({num_rows}) must be divisible by num_minibatches x accumulation_steps x "
+                f"batch shards ({config.num_minibatches} x {config.accumulation_steps} x {row_groups})"
+            )
         advantages, returns = compute_advantages(batch, method, config)
         value_mask = method.scheme.valid(batch)
 
         def epoch(state, _):
             rng, perm_rng = jax.random.split(state.rng)
             state = dataclasses.replace(state, rng=rng)
-            order = jax.random.permutation(perm_rng, num_rows).reshape(config.num_minibatches, -1)
+            order = minibatch_order(perm_rng, num_rows, config.num_minibatches, row_groups)
             step = lambda carry, index: minibatch_step(carry, index, frozen, batch, advantages, returns)
             return jax.lax.scan(step, state, order)
 
@@ -262,8 +319,7 @@ def make_update_fn(
         state = dataclasses.replace(state, update_step=state.update_step + 1)
         return state, metrics
 
-    jitted = jax.jit(update, donate_argnums=(0,))
-    return jitted, lambda: traces["count"]
+    return update, lambda: traces["count"]
 
 
 def _stats_template() -> dict[str, jax.Array]:

@@ -1,0 +1,31 @@
+"""poad_jax on many devices: meshes, partition rules as data, and the
+sharded learner update (docs/distributed.md).
+
+With the default config block `mesh` (data = fsdp = tensor = 1)
+`mesh_from_config` returns None and no sharding call is made anywhere.
+"""
+
+from poad_jax.distributed.sharding import (  # noqa: F401
+    BASE_SAMPLE_RULES,
+    BASE_TRAIN_RULES,
+    BATCH_AXES,
+    LORA_FOLLOW_BASE_RULES,
+    LORA_REPLICATED_RULES,
+    MESH_AXES,
+    abstract_like,
+    batch_shardings,
+    batch_shards,
+    default_mesh_config,
+    make_mesh,
+    mesh_from_config,
+    mesh_shape,
+    partition_specs,
+    replicated,
+    sample_rules,
+    shard_batch,
+    shard_by_rules,
+    spec_for,
+    train_rules,
+    tree_shardings,
+)
+from poad_jax.distributed.update import make_sharded_update_fn, shard_policy, shard_train_state  # noqa: F401

@@ -1,0 +1,93 @@
+"""The learner's compiled PPO update on a device mesh.
+
+`make_sharded_update_fn` is `learner.make_update_fn` with shardings: the
+same update function (`learner.build_update`), compiled by `jax.jit` with
+
+- in/out shardings of the train state by rule (LoRA, value head, critic
+  LoRA and their Adam states: `sharding.train_rules`), the state donated so
+  the update runs in place on every device;
+- the frozen base by rule (split over fsdp and tensor; never differentiated,
+  so no gradient of it is ever formed);
+- the TokenBatch's rows split over ('data', 'fsdp'): whole rollout threads
+  per device, so the GAE scans stay local; minibatches and micro-batches take
+  the same number of rows from every device (`learner.minibatch_order` with
+  one row group per batch shard);
+- metrics replicated.
+
+XLA's SPMD partitioner inserts the collectives: an all-reduce of the
+gradients (and of the loss statistics) over the batch axes, per-layer
+all-gathers of the fsdp-split base weights inside the layer scan.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+from jax.sharding import Mesh
+
+from poad_jax.distributed.sharding import (
+    Rules,
+    batch_shardings,
+    batch_shards,
+    replicated,
+    train_rules,
+    tree_shardings,
+)
+from poad_jax.learner import LearnerConfig, build_update
+from poad_jax.methods import Method
+from poad_jax.policy import FrozenBase, PolicyGraph
+
+
+def shard_policy(frozen: FrozenBase, params: dict[str, Any], mesh: Mesh, rules: Rules | None = None):
+    """(frozen, params) placed on `mesh` by `rules` (default: the training layout)."""
+    rules = train_rules() if rules is None else rules
+    return (jax.device_put(frozen, tree_shardings(frozen, rules, mesh)),
+            jax.device_put(params, tree_shardings(params, rules, mesh)))
+
+
+def shard_train_state(state, mesh: Mesh, rules: Rules | None = None):
+    """A TrainState placed on `mesh` by `rules`: optimiser states follow
+    their parameter (their paths contain the parameter's), RNG and counters
+    are replicated."""
+    rules = train_rules() if rules is None else rules
+    return jax.device_put(state, tree_shardings(state, rules, mesh))
+
+
+def make_sharded_update_fn(
+    graph: PolicyGraph, method: Method, config: LearnerConfig, mesh: Mesh, rules: Rules | None = None
+) -> tuple[Callable, Callable[[], int]]:
+    """The update `(state, frozen, batch) -> (state, metrics)` compiled for `mesh`.
+
+    Arguments may live anywhere (host, one device, or already on the mesh):
+    each is placed on its sharding first (a no-op when it is there).  The
+    compiled function is built once per argument structure; the returned
+    count says how often the update was traced (one per batch shape).
+    """
+    rules = train_rules() if rules is None else rules
+    update, compiles = build_update(graph, method, config, row_groups=batch_shards(mesh))
+    built: dict[Any, tuple] = {}
+
+    def shardings_and_fn(state, frozen, batch):
+        key = jax.tree.structure((state, frozen, batch))
+        if key not in built:
+            state_shardings = tree_shardings(state, rules, mesh)
+            frozen_shardings = tree_shardings(frozen, rules, mesh)
+            in_shardings = (state_shardings, frozen_shardings, batch_shardings(batch, mesh))
+            fn = jax.jit(update, in_shardings=in_shardings, out_shardings=(state_shardings, replicated(mesh)),
+                         donate_argnums=(0,))
+            built[key] = (in_shardings, fn)
+        return built[key]
+
+    def sharded_update(state, frozen, batch):
+        in_shardings, fn = shardings_and_fn(state, frozen, batch)
+        return fn(*jax.device_put((state, frozen, batch), in_shardings))
+
+    def lower(state, frozen, batch):
+        """`jax.jit(...).lower` on (abstract or concrete) arguments: for the
+        HLO audit and `memory_analysis()`."""
+        _, fn = shardings_and_fn(state, frozen, batch)
+        return fn.lower(state, frozen, batch)
+
+    sharded_update.lower = lower
+    return sharded_update, compiles
