@@ -7,11 +7,14 @@
 # imported is a carried wheel in .gpu_wheels/ tried.
 #
 #   bash scripts/gpu_bench.sh [OUTDIR]     (logs and JSON lines go to OUTDIR)
-#   PARTS="generate tests" bash scripts/gpu_bench.sh   (a subset: generate, train, tests)
+#   PARTS="generate tests" bash scripts/gpu_bench.sh   (a subset: generate, train, tests, sharded)
 #
 # Runs: the sampler at batch 1, 16 and 64 (tokens/s, decode step time, read
 # bandwidth), with unstacked (default) and scanned layer weights, the PPO LoRA update at 16 and 64 rows of 256 tokens (MFU), and
-# the model and sampler tests on the GPU.
+# the model and sampler tests on the GPU; sharded: the compiled update's
+# memory per device on every mesh the node's GPUs can form (7B and 34B shapes,
+# `bench memory_mesh`) and the mesh tests (tests/test_sharding.py, which run
+# on 8 emulated CPU devices in their own process, so any machine runs them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-/tmp/poad_gpu_bench}}
@@ -30,7 +33,7 @@ export PYTHONPATH="$PWD${site:+:$site}${PYTHONPATH:+:$PYTHONPATH}"
 $PY -c "import jax, flax, optax, chex; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'chex', chex.__version__, jax.devices())"
 export PYTHONUNBUFFERED=1
 
-parts=" ${PARTS:-generate train tests} "  # which groups to run, e.g. PARTS="generate tests"
+parts=" ${PARTS:-generate train tests sharded} "  # which groups to run, e.g. PARTS="generate tests"
 run() {  # name, then the command; skipped unless the name's group is in $parts
   local name=$1; shift
   [[ "$parts" == *" ${name%%_*} "* || ("$parts" == *" train "* && $name == train_step*) ]] || return 0
@@ -47,3 +50,9 @@ run train_step_7b_rows64 $PY -m poad_jax.bench train_step --shape=llama-7b --sid
   --rows=64 --threads=4 --rounds=1 --steps=3 --peak-tflops=${PEAK_TFLOPS:-989}
 run tests_gpu $PY -m pytest -q -p no:cacheprovider tests/test_models_llama.py tests/test_sampling.py \
   tests/test_models_precision.py tests/test_backups.py
+gpus=$($PY -c "import jax; print(jax.device_count())")
+meshes7=1x1x1; meshes34=1x1x1
+if [ "$gpus" -ge 8 ]; then meshes7=1x1x1,8x1x1,1x8x1,2x4x1,1x4x2; meshes34=1x8x1,2x4x1,1x4x2; fi
+run sharded_memory_7b $PY -m poad_jax.bench memory_mesh --models=llama-7b --meshes=$meshes7
+run sharded_memory_34b $PY -m poad_jax.bench memory_mesh --models=codellama-34b --meshes=$meshes34
+run sharded_tests $PY -m pytest -q -p no:cacheprovider tests/test_sharding.py
