@@ -28,4 +28,9 @@ from poad_jax.distributed.sharding import (  # noqa: F401
     train_rules,
     tree_shardings,
 )
-from poad_jax.distributed.update import make_sharded_update_fn, shard_policy, shard_train_state  # noqa: F401
+from poad_jax.distributed.update import (  # noqa: F401
+    init_sharded_train_state,
+    make_sharded_update_fn,
+    shard_policy,
+    shard_train_state,
+)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
+import numpy as np
 from jax.sharding import Mesh
 
 from poad_jax.distributed.sharding import (
@@ -34,7 +35,7 @@ from poad_jax.distributed.sharding import (
     train_rules,
     tree_shardings,
 )
-from poad_jax.learner import LearnerConfig, build_update
+from poad_jax.learner import LearnerConfig, build_update, init_train_state
 from poad_jax.methods import Method
 from poad_jax.policy import FrozenBase, PolicyGraph
 
@@ -52,6 +53,23 @@ def shard_train_state(state, mesh: Mesh, rules: Rules | None = None):
     are replicated."""
     rules = train_rules() if rules is None else rules
     return jax.device_put(state, tree_shardings(state, rules, mesh))
+
+
+def init_sharded_train_state(params: dict[str, Any], config: LearnerConfig, rng: jax.Array, mesh: Mesh,
+                             rules: Rules | None = None):
+    """`learner.init_train_state` compiled with the state's shardings as
+    outputs: the Adam states are made on the devices (and in the layout)
+    they live in.  Works across processes, where an array made on one
+    process's device cannot be `device_put` onto a global mesh; `rng` goes
+    in as host key data."""
+    rules = train_rules() if rules is None else rules
+    key_data = np.asarray(jax.random.key_data(rng))
+
+    def init(params, key_data):
+        return init_train_state(params, config, jax.random.wrap_key_data(key_data))
+
+    shardings = tree_shardings(jax.eval_shape(init, params, key_data), rules, mesh)
+    return jax.jit(init, out_shardings=shardings)(params, key_data)
 
 
 def make_sharded_update_fn(
