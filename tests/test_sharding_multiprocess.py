@@ -46,19 +46,26 @@ def _finish(proc, timeout=600) -> str:
     return output
 
 
-def test_two_processes_match_one_process_with_eight_devices(tmp_path):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Both processes' records (they also save a checkpoint together), then
+    the one-process record (which also restores that checkpoint)."""
+    out = tmp_path_factory.mktemp("multiprocess")
+    port = _free_port()
+    for proc in [_launch(["multi", port, rank], 4, out) for rank in (0, 1)]:
+        _finish(proc)
+    _finish(_launch(["single"], 8, out))
+    return {name: json.loads((out / f"{name}.json").read_text()) for name in ("multi0", "multi1", "single")}
+
+
+def test_two_processes_match_one_process_with_eight_devices(runs):
     """Metrics within 1e-6 absolute plus 1e-5 relative and parameters within
     1e-6: the same 8-device program, its all-reduces run over gloo between
     processes instead of within one, reducing in another order (measured
     2026-11-23: metrics 1.2e-7, parameters 2.2e-7 apart)."""
-    port = _free_port()
-    workers = [_launch(["multi", port, rank], 4, tmp_path) for rank in (0, 1)]
-    single = _launch(["single"], 8, tmp_path)
-    for proc in (*workers, single):
-        _finish(proc)
-    ref = json.loads((tmp_path / "single.json").read_text())
+    ref = runs["single"]
     for rank in (0, 1):
-        got = json.loads((tmp_path / f"multi{rank}.json").read_text())
+        got = runs[f"multi{rank}"]
         assert got["process_count"] == 2 and got["local_devices"] == 4 and got["global_devices"] == 8
         for key, value in ref["metrics"].items():
             assert abs(got["metrics"][key] - value) <= 1e-6 + 1e-5 * abs(value), key
@@ -66,6 +73,14 @@ def test_two_processes_match_one_process_with_eight_devices(tmp_path):
             np.testing.assert_allclose(np.asarray(got["params"][name]), np.asarray(value), rtol=0, atol=1e-6,
                                        err_msg=name)
     assert ref["change"] > 1e-3
+
+
+def test_checkpoint_of_two_processes_resumes_in_one(runs):
+    """The train state saved by both processes together (Orbax, collective)
+    restores bit-exactly in one process, on one device and on an (8,1,1)
+    mesh of its own 8 devices, on the target's shardings."""
+    assert runs["single"]["restored"] == {"one_device": {"equal": True, "on_target": True},
+                               "dp8": {"equal": True, "on_target": True}}
 
 
 def _worker(out: pathlib.Path, mode: str, port: int | None = None, rank: int | None = None) -> None:
@@ -81,7 +96,7 @@ def _worker(out: pathlib.Path, mode: str, port: int | None = None, rank: int | N
     from jax.experimental import multihost_utils
 
     from poad_jax import distributed as dist
-    from poad_jax.learner import LearnerConfig
+    from poad_jax.learner import LearnerConfig, init_train_state
     from poad_jax.methods import make_method
     from poad_jax.models.tiny import tiny_random_model
     from poad_jax.policy import ValueHead, split_policy
@@ -130,6 +145,29 @@ def _worker(out: pathlib.Path, mode: str, port: int | None = None, rank: int | N
         "params": flat, "change": change, "process_count": jax.process_count(),
         "local_devices": jax.local_device_count(), "global_devices": jax.device_count(),
     }
+    from poad_jax import checkpoint as checkpoint_lib
+
+    if mode == "multi":
+        writer = checkpoint_lib.RunCheckpointer(out / "multi_run")
+        writer.save(1, state, {"update": 1})
+        writer.close()
+    elif (out / "multi_run").is_dir():
+        saved = json.loads((out / "multi0.json").read_text())["params"]
+        record["restored"] = {}
+        for target, target_mesh in (("one_device", None), ("dp8", mesh)):
+            template = init_train_state(jax.tree.map(jnp.asarray, params), config, jax.random.key(5))
+            if target_mesh is not None:
+                template = dist.shard_train_state(template, target_mesh)
+            reader = checkpoint_lib.RunCheckpointer(out / "multi_run", create=False)
+            restored, _ = reader.restore(template)
+            reader.close()
+            got = {dist.sharding.path_string(p): np.asarray(x) for p, x in
+                   jax.tree_util.tree_flatten_with_path(restored.params)[0]}
+            record["restored"][target] = {
+                "equal": all(np.array_equal(got[k], np.asarray(v, np.float32)) for k, v in saved.items()),
+                "on_target": all(a.sharding.is_equivalent_to(b.sharding, np.ndim(a)) for a, b in
+                                 zip(jax.tree.leaves(restored), jax.tree.leaves(template))),
+            }
     name = f"multi{rank}" if mode == "multi" else "single"
     (out / f"{name}.json").write_text(json.dumps(record))
     if mode == "multi":
