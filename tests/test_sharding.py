@@ -62,14 +62,15 @@ def test_mesh_shape_resolves_minus_one_and_rejects_mistakes():
 def _tiny_state():
     from flax import nnx
 
-    from poad_jax.learner import LearnerConfig, init_train_state
+    from poad_jax.config import learner_config
+    from poad_jax.learner import init_train_state
     from poad_jax.models.tiny import tiny_random_model
     from poad_jax.policy import ValueHead, split_policy
 
     model, _ = tiny_random_model(hidden_size=HIDDEN)
     head = ValueHead(HIDDEN, HEAD_SIZES, rngs=nnx.Rngs(1))
     _, frozen, params = split_policy(model, head)
-    state = init_train_state(params, LearnerConfig(), jax.random.key(0))
+    state = init_train_state(params, learner_config(), jax.random.key(0))
     return frozen, state
 
 
@@ -358,13 +359,12 @@ def collectives(hlo_text: str) -> list[tuple[str, list[list[int]]]]:
 
 
 def _worker(out: pathlib.Path) -> None:  # noqa: C901  (one script, top to bottom)
-    import dataclasses
-
     import jax.numpy as jnp
     from flax import nnx
 
     from poad_jax import checkpoint as checkpoint_lib
-    from poad_jax.learner import LearnerConfig, build_update, init_train_state, policy_outputs
+    from poad_jax.config import learner_config
+    from poad_jax.learner import build_update, init_train_state, policy_outputs
     from poad_jax.methods import make_method
     from poad_jax.models.tiny import tiny_random_model
     from poad_jax.policy import ValueHead, merge_model, split_policy
@@ -383,7 +383,7 @@ def _worker(out: pathlib.Path) -> None:  # noqa: C901  (one script, top to botto
                                           for x, k in zip(leaves, keys)])
     method = make_method("poad", 0.95)
     arrays, next_arrays = _synthetic_rollout(model.config.vocab_size)
-    config = LearnerConfig(gamma=0.95, num_minibatches=2, accumulation_steps=2, epochs=2, actor_lr=1e-2,
+    config = learner_config(gamma=0.95, temperature=1.0, num_minibatches=2, accumulation_steps=2, epochs=2, actor_lr=1e-2,
                            critic_lr=1e-2, target_kl=float("inf"))
     copy = lambda tree: jax.tree.map(jnp.copy, tree)  # noqa: E731  (updates donate their state)
     saved: dict[str, np.ndarray] = {}

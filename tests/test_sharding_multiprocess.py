@@ -96,7 +96,8 @@ def _worker(out: pathlib.Path, mode: str, port: int | None = None, rank: int | N
     from jax.experimental import multihost_utils
 
     from poad_jax import distributed as dist
-    from poad_jax.learner import LearnerConfig, init_train_state
+    from poad_jax.config import learner_config
+    from poad_jax.learner import init_train_state
     from poad_jax.methods import make_method
     from poad_jax.models.tiny import tiny_random_model
     from poad_jax.policy import ValueHead, split_policy
@@ -114,7 +115,7 @@ def _worker(out: pathlib.Path, mode: str, port: int | None = None, rank: int | N
     method = make_method("poad", 0.95)
     arrays, next_arrays = _synthetic_rollout(model.config.vocab_size)
     mesh = dist.make_mesh(8, 1, 1)
-    config = LearnerConfig(gamma=0.95, num_minibatches=2, accumulation_steps=2, epochs=2, actor_lr=1e-2,
+    config = learner_config(gamma=0.95, temperature=1.0, num_minibatches=2, accumulation_steps=2, epochs=2, actor_lr=1e-2,
                            critic_lr=1e-2, target_kl=float("inf"))
     fr, pr = dist.shard_policy(frozen, params, mesh)  # identical host values on every process
 

@@ -92,14 +92,15 @@ def update_memory(mesh: Mesh, *, hidden_size: int, intermediate_size: int, num_l
     frozen base, the train state and the batch computed from the shardings
     (`expected_argument_bytes` is their sum)."""
     from poad_jax.distributed.update import make_sharded_update_fn
-    from poad_jax.learner import LearnerConfig, init_train_state
+    from poad_jax.config import learner_config
+    from poad_jax.learner import init_train_state
     from poad_jax.methods import make_method
 
     graph, frozen, params = abstract_policy(
         vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size, num_layers=num_layers,
         num_heads=num_heads, num_kv_heads=num_kv_heads, dtype=dtype, lora_rank=lora_rank, lora_targets=lora_targets,
         head_sizes=head_sizes)
-    config = LearnerConfig(num_minibatches=num_minibatches, accumulation_steps=accumulation_steps)
+    config = learner_config(num_minibatches=num_minibatches, accumulation_steps=accumulation_steps)
     state = jax.eval_shape(lambda p: init_train_state(p, config, jax.random.key(0)), params)
     shards = math.prod(mesh.shape[a] for a in BATCH_AXES)
     threads = threads or shards
