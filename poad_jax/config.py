@@ -123,6 +123,12 @@ def default_config() -> ml_collections.ConfigDict:
         dict(kind="head", hidden_sizes=(1024, 512), target_update_every=0)
     )
 
+    # Devices (docs/distributed.md): data (replicas; batch rows split), fsdp (the
+    # frozen base and the rows split), tensor (heads, MLP columns, vocabulary
+    # split); one axis may be -1 (the devices the others leave).  All 1: one
+    # device, no sharding call anywhere.
+    config.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=1, tensor=1))
+
     config.checkpoint_every = 1  # updates between checkpoints
     config.keep_checkpoints = 2
     config.tensorboard = True
@@ -247,6 +253,8 @@ CHECKS: tuple[Check | OneOf, ...] = (
     above("ppo.adam_eps", 0),
     Check("critic.hidden_sizes", lambda v: all(int(h) >= 1 for h in v), "positive layer widths"),
     at_least("critic.target_update_every", 0, "0 turns the target critic off"),
+    *(Check(f"mesh.{axis}", lambda v: isinstance(v, int) and (v >= 1 or v == -1), "a positive integer or -1",
+            "-1: the devices the other axes leave") for axis in ("data", "fsdp", "tensor")),
     at_least("checkpoint_every", 1, "updates between checkpoints"),
     at_least("keep_checkpoints", 1, "a run without a checkpoint can be neither resumed nor exported"),
 )
@@ -295,13 +303,26 @@ def check_field(config: ml_collections.ConfigDict, check: Check | OneOf) -> None
 
 
 def _check_together(config: ml_collections.ConfigDict) -> None:
-    """Checks between fields: the rollout's rows split evenly into minibatches and micro-batches."""
+    """Checks between fields: the rollout's rows split evenly into minibatches and
+    micro-batches, and whole rollout threads onto each device of the rows' mesh axes."""
     rows = config.num_threads * config.rollout_length
     chunks = config.ppo.num_minibatches * config.ppo.accumulation_steps
     if rows % chunks:
         raise ConfigError(
             f"num_threads x rollout_length ({rows}) must be divisible by ppo.num_minibatches x "
             f"ppo.accumulation_steps ({config.ppo.num_minibatches} x {config.ppo.accumulation_steps})"
+        )
+    row_devices = config.mesh.data * config.mesh.fsdp  # a -1 axis is checked once the devices are known
+    if row_devices > 1 and config.num_threads % row_devices:
+        raise ConfigError(
+            f"num_threads ({config.num_threads}) must be divisible by mesh.data x mesh.fsdp "
+            f"({config.mesh.data} x {config.mesh.fsdp}): each device holds whole rollout threads"
+        )
+    if row_devices > 1 and rows % (chunks * row_devices):
+        raise ConfigError(
+            f"num_threads x rollout_length ({rows}) must be divisible by ppo.num_minibatches x "
+            f"ppo.accumulation_steps x mesh.data x mesh.fsdp ({chunks} x {row_devices}): "
+            f"every device's rows split into the minibatches"
         )
 
 

@@ -46,6 +46,7 @@ import envs_py
 from poad_jax import best_program as best_lib
 from poad_jax import checkpoint as checkpoint_lib
 from poad_jax import config as config_lib
+from poad_jax import distributed
 from poad_jax import logging as run_logging
 from poad_jax.config import learner_config, load_config_file, rollout_config  # noqa: F401  (part of this module's API)
 from poad_jax.config import validate as validate_config
@@ -313,6 +314,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     anything is written to `workdir`.
     """
     validate_config(config)
+    device_mesh(config)  # the devices fit the mesh, checked before anything is written
     workdir = pathlib.Path(workdir) if workdir else default_workdir(config)
     changes = prepare_workdir(workdir, config)
 
@@ -340,6 +342,20 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
         envs.close()
 
 
+def device_mesh(config: ml_collections.ConfigDict):
+    """The mesh `config.mesh` asks for over this process's view of the devices, or
+    None for one device; TrainError (one line) if the devices do not fit it."""
+    try:
+        mesh = distributed.mesh_from_config(config.mesh)
+    except ValueError as error:
+        raise TrainError(str(error)) from None
+    if mesh is not None:
+        resolved = config.copy_and_resolve_references()
+        resolved.mesh.data, resolved.mesh.fsdp = int(mesh.shape["data"]), int(mesh.shape["fsdp"])
+        config_lib.validate(resolved)  # the checks between threads and devices, with -1 resolved
+    return mesh
+
+
 def _train(config, workdir, method, lconfig, model, tokenizer, envs, show_progress, max_updates) -> RunResult:
     head = ValueHead(model.config.hidden_size, tuple(config.critic.hidden_sizes), rngs=nnx.Rngs(int(config.seed) + 1))
     graph, frozen, params = split_policy(model, head)
@@ -350,8 +366,17 @@ def _train(config, workdir, method, lconfig, model, tokenizer, envs, show_progre
     rconfig = rollout_config(config, tuple(tokenizer.eos_token_ids))
     sampler = Sampler()
     collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
-    update_fn, update_compiles = make_update_fn(graph, method, lconfig)
-    state = init_train_state(params, lconfig, jax.random.key(int(config.seed)))
+    mesh = device_mesh(config)
+    if mesh is None:  # one device: no sharding call anywhere
+        update_fn, update_compiles = make_update_fn(graph, method, lconfig)
+        state = init_train_state(params, lconfig, jax.random.key(int(config.seed)))
+    else:  # the training layout of docs/distributed.md; the sampler follows its inputs
+        if show_progress:
+            sizes = " x ".join(f"{axis} {size}" for axis, size in mesh.shape.items())
+            print(f"mesh: {sizes} over {mesh.devices.size} {jax.default_backend()} devices")
+        frozen, params = distributed.shard_policy(frozen, params, mesh)
+        update_fn, update_compiles = distributed.make_sharded_update_fn(graph, method, lconfig, mesh)
+        state = distributed.init_sharded_train_state(params, lconfig, jax.random.key(int(config.seed)), mesh)
     target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
 
     checkpointer = checkpoint_lib.RunCheckpointer(workdir, int(config.keep_checkpoints))
@@ -410,6 +435,8 @@ def _train(config, workdir, method, lconfig, model, tokenizer, envs, show_progre
             )
             start = time.perf_counter()
             arrays, next_arrays = pack_batch(steps, next_prompts, method, rconfig, tokenizer.pad_token_id)
+            if mesh is not None:  # rows over the data axes, whole threads per device
+                arrays, next_arrays = distributed.shard_batch(arrays, mesh), distributed.shard_batch(next_arrays, mesh)
             value_head = target_head if config.critic.target_update_every > 0 else state.params["head"]
             stats = behaviour_statistics(
                 graph, frozen, state.params, value_head, arrays, next_arrays,

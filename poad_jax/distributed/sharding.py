@@ -113,7 +113,9 @@ def default_mesh_config() -> ml_collections.ConfigDict:
     frozen base and the batch; `tensor` splits heads, MLP columns and the
     vocabulary.  One axis may be -1: it takes the devices the others leave.
     """
-    return ml_collections.ConfigDict({"data": 1, "fsdp": 1, "tensor": 1})
+    from poad_jax import config as config_lib
+
+    return config_lib.default_config().mesh  # the one source of defaults
 
 
 def mesh_shape(block: Any, num_devices: int) -> tuple[int, int, int]:
