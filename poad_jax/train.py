@@ -373,7 +373,7 @@ def _train(config, workdir, method, lconfig, model, tokenizer, envs, show_progre
     else:  # the training layout of docs/distributed.md; the sampler follows its inputs
         if show_progress:
             sizes = " x ".join(f"{axis} {size}" for axis, size in mesh.shape.items())
-            print(f"mesh: {sizes} over {mesh.devices.size} {jax.default_backend()} devices")
+            print(f"mesh: {sizes} over {mesh.devices.size} {mesh.devices.flat[0].platform} devices")
         frozen, params = distributed.shard_policy(frozen, params, mesh)
         update_fn, update_compiles = distributed.make_sharded_update_fn(graph, method, lconfig, mesh)
         state = distributed.init_sharded_train_state(params, lconfig, jax.random.key(int(config.seed)), mesh)
