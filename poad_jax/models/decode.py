@@ -14,7 +14,7 @@ engineering it calls into, and none of it changes a result (tests:
 - `unstack_weights`: separate per-layer copies of the frozen base, so the
   sampler's decode step runs the layers unrolled (a scan copies each layer's
   weight slice before its matmul).
-- The one backend-specific choice, `cpu_bit_views()`: XLA:CPU supports
+- The backend-specific choices (`cpu_bit_views()`, `default_dtype()`): XLA:CPU supports
   bfloat16 only as matmul operands and widens any other bfloat16 op (a
   dynamic slice of the layer stack, a gather from the embedding, a cache
   write) to float32 over the whole operand.  On CPU, 16-bit weights are
@@ -33,11 +33,22 @@ import jax
 import jax.numpy as jnp
 
 
+# ---------------------------------------------------------------------------
+# Backend-specific choices: the one place in poad_jax that asks for the backend.
+
+
 def cpu_bit_views() -> bool:
     """Whether 16-bit floats are stored and moved as uint16 bit patterns: on
     XLA:CPU only (see the module docstring); other backends handle bfloat16
-    natively.  The one place the backend is consulted."""
+    natively."""
     return jax.default_backend() == "cpu"
+
+
+def default_dtype():
+    """The model dtype `models.load` picks when none is given: float32 on CPU
+    (exact parity; XLA:CPU widens bfloat16 outside matmuls anyway), bfloat16
+    on accelerators."""
+    return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
 
 
 # ---------------------------------------------------------------------------

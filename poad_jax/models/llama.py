@@ -132,6 +132,7 @@ def grouped_query_attention(q, k, v, mask, matmul_dtype=None):
         out = jnp.einsum("bkgts,bskd->btkgd", weights.astype(v.dtype), v)
     return out.reshape(batch, length, num_heads, dim)
 
+
 # ---------------------------------------------------------------------------
 # One decoder layer, acting on ONE layer's weights: a dict with "input_norm",
 # "post_attention_norm" [H], "weights" {name: [in, out]}, "biases" {name: [out]},
@@ -141,7 +142,7 @@ def grouped_query_attention(q, k, v, mask, matmul_dtype=None):
 class LayerSettings(NamedTuple):
     """What every layer of a model shares: its config and numerics (static)."""
 
-    config: "LlamaConfig"
+    config: LlamaConfig
     dtype: Any  # activations
     matmul_dtype: Any  # None: matmuls in `dtype`; else operands rounded to it (`mixed_einsum`)
     lora_scale: float  # alpha / r
