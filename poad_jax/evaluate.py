@@ -63,13 +63,13 @@ def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy:
         envs = envs_py.VectorEnv(env_name, threads, seed=seed, mode=str(config.env.vector_mode), **kwargs)
     except Exception as error:  # kwargs and data files are the user's: one line, not a traceback
         raise ExportError(f"cannot build environment {env_name!r}: {' '.join(str(error).split())}") from None
-    collector = RolloutCollector(envs, tokenizer, Sampler(), method, rconfig, seed=seed)
+    collector = RolloutCollector(envs, tokenizer, Sampler(model), method, rconfig, seed=seed)
     rng = jax.random.key(seed)
     steps = 0
     try:
         while len(collector.stats.finished_returns) < episodes and steps < max_steps:
             rng, step_rng = jax.random.split(rng)
-            collector.collect(model, step_rng)
+            collector.collect(step_rng)
             steps += 1
     finally:
         envs.close()

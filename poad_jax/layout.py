@@ -5,16 +5,16 @@
   once per bucket, not once per length.
 - Positions from a key mask (`positions_from_mask`): the RoPE position of a
   slot is the count of real tokens before it (left padding takes position 0).
-- The token trie of a state's valid actions (`action_trie`): the trie
-  sampler walks it (`sampling.build_action_tries` pads it into edge tables)
-  and the learner reads its branching along the chosen action
-  (`allowed_next_tokens`), so the behaviour and the optimised distributions
-  are the same one.
+- The token trie of a state's valid actions (`action_trie`), the one
+  implementation: the trie sampler walks its padded edge tables
+  (`build_action_tries`) and the batch packer reads its branching along the
+  chosen action (`allowed_next_tokens`), so the behaviour and the optimised
+  distributions are the same one.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -110,3 +110,47 @@ def allowed_next_tokens(
         mask[j, : len(options)] = True
         node = children[int(token)]
     return tokens, mask
+
+
+class ActionTrie(NamedTuple):
+    """Padded edge tables of one token trie per row (node 0 = root).
+
+    `edge_token/edge_child [B, N, K]` int32, `edge_valid [B, N, K]` bool: the
+    allowed next tokens at each node and the node each leads to.
+    `node_action [B, N]` int32: the candidate index completed at a leaf, else -1;
+    `node_depth [B, N]` int32: tokens from the root.  A row is finished when
+    its node has no valid edge.
+    """
+
+    edge_token: np.ndarray
+    edge_child: np.ndarray
+    edge_valid: np.ndarray
+    node_action: np.ndarray
+    node_depth: np.ndarray
+    max_depth: int
+
+
+def build_action_tries(
+    candidates: Sequence[Sequence[Sequence[int]]], batch: int, end_token_id: int | None
+) -> ActionTrie:
+    """`action_trie` of each row's candidate actions, padded into shared-size
+    edge tables for the trie sampler (edges sorted by token, as
+    `allowed_next_tokens` lists them).  Dummy rows (beyond the candidate
+    lists) get the trie of one one-token action."""
+    rows = [[[int(t) for t in a] for a in row] for row in candidates]
+    rows += [[[0]]] * (batch - len(rows))
+    tries = [action_trie(actions, end_token_id, b) for b, actions in enumerate(rows)]
+    n_nodes = next_power_of_two(max(len(t) for t in tries), 8)
+    n_edges = next_power_of_two(max(len(n[0]) for t in tries for n in t), 4)
+    edge_token = np.zeros((batch, n_nodes, n_edges), np.int32)
+    edge_child = np.zeros((batch, n_nodes, n_edges), np.int32)
+    edge_valid = np.zeros((batch, n_nodes, n_edges), bool)
+    node_action = np.full((batch, n_nodes), -1, np.int32)
+    node_depth = np.zeros((batch, n_nodes), np.int32)
+    for b, nodes in enumerate(tries):
+        for i, (children, action, depth) in enumerate(nodes):
+            for j, (token, child) in enumerate(sorted(children.items())):
+                edge_token[b, i, j], edge_child[b, i, j], edge_valid[b, i, j] = token, child, True
+            node_action[b, i], node_depth[b, i] = action, depth
+    max_depth = int(node_depth.max())
+    return ActionTrie(edge_token, edge_child, edge_valid, node_action, node_depth, max_depth)

@@ -218,7 +218,7 @@ class RolloutCollector:
         prefix = self.render.action_prefix
         return [list(self.tokenizer.encode(prefix + action)) for action in observation.actions]
 
-    def _act(self, model, prompts: list[list[int]], rng: jax.Array) -> list[StepRecord]:
+    def _act(self, prompts: list[list[int]], rng: jax.Array) -> list[StepRecord]:
         observations = self.observations
         restricted = [obs.actions is not None for obs in observations]
         if any(restricted) and not all(restricted):
@@ -227,7 +227,7 @@ class RolloutCollector:
         if not restricted[0]:
             if self.method.scheme.scores_candidates:
                 raise ValueError("TWOSOME needs a restricted action set; this environment is free-form")
-            generation = self.sampler.generate(model, prompts, rng, self.config.sampling, self.tokenizer)
+            generation = self.sampler.generate(prompts, rng, self.config.sampling, self.tokenizer)
             for prompt, tokens in zip(prompts, generation.tokens):
                 tokens = list(tokens) or list(self.tokenizer.eos_token_ids[:1])
                 records.append(StepRecord(prompt, tokens, 0.0, False))
@@ -241,7 +241,7 @@ class RolloutCollector:
             )
         if use_scores:
             all_scores = self.sampler.score_actions_batch(
-                model, prompts, candidates, normalization=self.config.twosome_normalization,
+                prompts, candidates, normalization=self.config.twosome_normalization,
                 action_texts=[list(obs.actions) for obs in observations],
             )
             for prompt, cands, obs, scores in zip(prompts, candidates, observations, all_scores):
@@ -255,7 +255,7 @@ class RolloutCollector:
                 )
             return records
         generation = self.sampler.generate_constrained(
-            model, prompts, candidates, rng, temperature=self.config.sampling.temperature
+            prompts, candidates, rng, temperature=self.config.sampling.temperature
         )
         for prompt, cands, obs, index in zip(prompts, candidates, observations, generation.action_index):
             index = int(index)
@@ -267,8 +267,9 @@ class RolloutCollector:
             return record.candidate_texts[record.chosen]
         return self.tokenizer.decode(record.action_tokens, skip_special_tokens=True)
 
-    def collect(self, model, rng: jax.Array, on_step=None, on_results=None) -> tuple[list[list[StepRecord]], list[list[int]]]:
-        """Runs `rollout_length` steps of every thread.
+    def collect(self, rng: jax.Array, on_step=None, on_results=None) -> tuple[list[list[StepRecord]], list[list[int]]]:
+        """Runs `rollout_length` steps of every thread with the sampler's current
+        weights (`Sampler.set_lora` after each update).
 
         After each vector step, `on_results(results, first_env_step)` sees the
         env's StepResults (thread b's step is env step `first_env_step + b + 1`;
@@ -281,7 +282,7 @@ class RolloutCollector:
             rng, step_rng = jax.random.split(rng)
             start = time.perf_counter()
             prompts = [self.render(obs) for obs in self.observations]
-            records = self._act(model, prompts, step_rng)
+            records = self._act(prompts, step_rng)
             self.timings["sampling"] += time.perf_counter() - start
             start = time.perf_counter()
             results = self.envs.step([self._action_text(r) for r in records])

@@ -364,7 +364,7 @@ def _train(config, workdir, method, lconfig, model, tokenizer, envs, show_progre
     del model, head
 
     rconfig = rollout_config(config, tuple(tokenizer.eos_token_ids))
-    sampler = Sampler()
+    sampler = Sampler(merged_actor(graph, frozen, params))
     collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
     mesh = device_mesh(config)
     if mesh is None:  # one device: no sharding call anywhere
@@ -430,9 +430,8 @@ def _train(config, workdir, method, lconfig, model, tokenizer, envs, show_progre
             def on_results(results, first_env_step):
                 keeper.offer(results, first_env_step, update_in_flight)
 
-            steps, next_prompts = collector.collect(
-                merged_actor(graph, frozen, state.params), collect_rng, on_step, on_results
-            )
+            sampler.set_lora(state.params["actor"])
+            steps, next_prompts = collector.collect(collect_rng, on_step, on_results)
             start = time.perf_counter()
             arrays, next_arrays = pack_batch(steps, next_prompts, method, rconfig, tokenizer.pad_token_id)
             if mesh is not None:  # rows over the data axes, whole threads per device

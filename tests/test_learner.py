@@ -47,8 +47,8 @@ def collect_batch(method_name: str, num_threads=4, rollout_length=4, seed=0, mat
     method = make_method(method_name, 0.95)
     config = rollout_config(num_threads=num_threads, rollout_length=rollout_length, prompt_format="raw")
     envs = envs_py.VectorEnv("toy/decisive_token", num_threads, seed=seed, horizon=2, num_colours=3, rewarded="blue")
-    collector = RolloutCollector(envs, tokenizer, Sampler(), method, config, seed=seed)
-    steps, next_prompts = collector.collect(merged_actor(graph, frozen, params), jax.random.key(seed))
+    collector = RolloutCollector(envs, tokenizer, Sampler(merged_actor(graph, frozen, params)), method, config, seed=seed)
+    steps, next_prompts = collector.collect(jax.random.key(seed))
     arrays, next_arrays = pack_batch(steps, next_prompts, method, config, tokenizer.pad_token_id)
     stats = behaviour_statistics(
         graph, frozen, params, params["head"], arrays, next_arrays,

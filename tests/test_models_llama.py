@@ -362,3 +362,20 @@ def test_prefill_into_an_empty_cache_attends_over_its_own_keys_alone(tiny_checkp
                                atol=1e-5, rtol=0)
     broken = model(*step, own_keys.cache, empty_cache=True)
     assert np.all(np.isnan(broken.logits))
+
+
+def test_one_line_forward_uses_arange_positions_and_an_all_ones_mask(tiny_checkpoint):
+    """`model(tokens)` = the explicit call with positions 0..T-1 and every key visible;
+    with a cache, positions continue from `cache.index` and every slot is a real key."""
+    _, _, directory = tiny_checkpoint
+    model = hf_io.load_hf_model(directory, lora=LoraConfig(rank=4))
+    _randomise_lora_b(model, seed=7)
+    tokens = jnp.asarray(np.stack([TOKENS, TOKENS[::-1]]))
+    positions = jnp.broadcast_to(jnp.arange(len(TOKENS)), tokens.shape)
+    explicit = model(tokens, positions, jnp.ones(tokens.shape, bool))
+    np.testing.assert_array_equal(model(tokens).logits, explicit.logits)
+    cache = init_cache(model.config, batch=2, length=16)
+    first = model(tokens[:, :6])
+    cached = model(tokens[:, 6:], cache=model(tokens[:, :6], cache=cache).cache)
+    np.testing.assert_allclose(cached.logits, explicit.logits[:, 6:], atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(first.logits, model(tokens[:, :6], positions[:, :6], jnp.ones((2, 6), bool)).logits)

@@ -190,15 +190,15 @@ def test_batched_scoring_equals_one_prompt_at_a_time_and_the_learner():
     model, tokenizer = tiny_random_model(seed=3)
     steps, _ = random_steps(tokenizer, threads=3, steps=1, seed=3)
     records = steps[0]
-    sampler = Sampler(batch_buckets=(1, 2, 4, 8), prompt_buckets=(16,))
+    sampler = Sampler(model, batch_buckets=(1, 2, 4, 8), prompt_buckets=(16,))
     prompts = [r.prompt for r in records]
     candidates = [r.candidates for r in records]
     texts = [r.candidate_texts for r in records]
     assert len({len(c) for c in candidates}) > 1  # states with different numbers of candidates
     for normalization in ("token", "word"):
-        batched = sampler.score_actions_batch(model, prompts, candidates, normalization, texts)
+        batched = sampler.score_actions_batch(prompts, candidates, normalization, texts)
         for b, scores in enumerate(batched):
-            alone = sampler.score_actions(model, prompts[b], candidates[b], normalization, texts[b])
+            alone = sampler.score_actions(prompts[b], candidates[b], normalization, texts[b])
             assert scores.probs.shape == (len(candidates[b]),)
             for field in ("token_logprob_sums", "normalized_logprobs", "probs"):
                 np.testing.assert_allclose(getattr(scores, field), getattr(alone, field), rtol=1e-5, atol=1e-6)
@@ -212,5 +212,5 @@ def test_batched_scoring_equals_one_prompt_at_a_time_and_the_learner():
         prompt_len)
     log_pi = np.asarray(action_level_log_policy(
         token_logprobs, arrays["action_mask"], arrays["normalizer"], arrays["candidate_mask"]))
-    for b, scores in enumerate(sampler.score_actions_batch(model, prompts, candidates, "word", texts)):
+    for b, scores in enumerate(sampler.score_actions_batch(prompts, candidates, "word", texts)):
         np.testing.assert_allclose(np.log(scores.probs), log_pi[b, : len(candidates[b])], rtol=1e-5, atol=1e-5)

@@ -53,8 +53,8 @@ def model():
 
 
 @pytest.fixture(scope="module")
-def sampler():
-    return Sampler(batch_buckets=(1, 2, 4), prompt_buckets=(8, 16))
+def sampler(model):
+    return Sampler(model, batch_buckets=(1, 2, 4), prompt_buckets=(8, 16))
 
 
 FULL_LENGTH = 64  # right padding is invisible to earlier positions (causal)
@@ -78,16 +78,6 @@ def np_log_softmax(x: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-class FakeTokenizer:
-    """Token i decodes to 't<i> '; id 0 is EOS."""
-
-    eos_token_ids = (0,)
-    pad_token_id = 0
-
-    def decode(self, ids, skip_special_tokens=False):
-        return "".join(f"t{i} " for i in ids)
-
-
 # ---------------------------------------------------------------------------
 # Log-prob parity with a full forward pass.
 
@@ -95,7 +85,7 @@ class FakeTokenizer:
 def test_sampled_logprobs_equal_full_forward_tempered_log_softmax(model, sampler):
     temperature = 0.7
     config = SamplingConfig(temperature=temperature, max_new_tokens=12)
-    gen = sampler.generate(model, PROMPTS, jax.random.key(3), config)
+    gen = sampler.generate(PROMPTS, jax.random.key(3), config)
     for prompt, tokens, logprobs in zip(PROMPTS, gen.tokens, gen.logprobs):
         assert tokens.dtype == np.int32 and logprobs.dtype == np.float32
         assert len(tokens) == len(logprobs) == 12
@@ -107,7 +97,7 @@ def test_sampled_logprobs_equal_full_forward_tempered_log_softmax(model, sampler
 
 
 def test_greedy_with_cache_equals_argmax_of_repeated_full_forwards(model, sampler):
-    gen = sampler.generate(model, PROMPTS, jax.random.key(0), SamplingConfig(temperature=0, max_new_tokens=10))
+    gen = sampler.generate(PROMPTS, jax.random.key(0), SamplingConfig(temperature=0, max_new_tokens=10))
     for prompt, tokens, logprobs in zip(PROMPTS, gen.tokens, gen.logprobs):
         sequence = list(prompt)
         expected_lp = []
@@ -121,15 +111,15 @@ def test_greedy_with_cache_equals_argmax_of_repeated_full_forwards(model, sample
 
 def test_left_padded_batch_gives_each_row_the_result_of_its_prompt_alone(model, sampler):
     greedy = SamplingConfig(temperature=0, max_new_tokens=8)
-    batched = sampler.generate(model, PROMPTS, jax.random.key(0), greedy)
+    batched = sampler.generate(PROMPTS, jax.random.key(0), greedy)
     for b, prompt in enumerate(PROMPTS):
-        alone = sampler.generate(model, [prompt], jax.random.key(0), greedy)
+        alone = sampler.generate([prompt], jax.random.key(0), greedy)
         assert alone.tokens[0].tolist() == batched.tokens[b].tolist()
         np.testing.assert_allclose(alone.logprobs[0], batched.logprobs[b], atol=1e-5)
     # Sampling keys are per row, so row 0 does not depend on the other rows.
     sampled = SamplingConfig(temperature=1.0, max_new_tokens=8)
-    batched = sampler.generate(model, PROMPTS, jax.random.key(5), sampled)
-    alone = sampler.generate(model, PROMPTS[:1], jax.random.key(5), sampled)
+    batched = sampler.generate(PROMPTS, jax.random.key(5), sampled)
+    alone = sampler.generate(PROMPTS[:1], jax.random.key(5), sampled)
     assert alone.tokens[0].tolist() == batched.tokens[0].tolist()
     np.testing.assert_allclose(alone.logprobs[0], batched.logprobs[0], atol=1e-5)
 
@@ -185,7 +175,7 @@ def test_sample_tokens_records_logprob_of_renormalised_masked_distribution():
 def test_generate_with_top_k_top_p_stays_in_the_nucleus(model, sampler):
     temperature, k, p = 1.3, 5, 0.8
     config = SamplingConfig(temperature=temperature, top_k=k, top_p=p, max_new_tokens=6)
-    gen = sampler.generate(model, PROMPTS, jax.random.key(11), config)
+    gen = sampler.generate(PROMPTS, jax.random.key(11), config)
     for prompt, tokens, logprobs in zip(PROMPTS, gen.tokens, gen.logprobs):
         logits = full_forward_logits(model, prompt + tokens.tolist())[len(prompt) - 1 : -1] / temperature
         keep = np_top_k_mask(logits, k)
@@ -200,11 +190,11 @@ def test_generate_with_top_k_top_p_stays_in_the_nucleus(model, sampler):
 
 
 def test_stop_token_ends_row_and_is_kept(model, sampler):
-    free = sampler.generate(model, PROMPTS, jax.random.key(0), SamplingConfig(temperature=0, max_new_tokens=10))
+    free = sampler.generate(PROMPTS, jax.random.key(0), SamplingConfig(temperature=0, max_new_tokens=10))
     stop = int(free.tokens[0][3])
     first = int(np.flatnonzero(free.tokens[0] == stop)[0])
     config = SamplingConfig(temperature=0, max_new_tokens=10, stop_token_ids=(stop,))
-    gen = sampler.generate(model, PROMPTS, jax.random.key(0), config)
+    gen = sampler.generate(PROMPTS, jax.random.key(0), config)
     assert gen.tokens[0].tolist() == free.tokens[0][: first + 1].tolist()
     assert gen.finish_reasons[0] == "stop_token"
     np.testing.assert_allclose(gen.logprobs[0], free.logprobs[0][: first + 1], atol=1e-6)
@@ -216,43 +206,27 @@ def test_stop_token_ends_row_and_is_kept(model, sampler):
     np.testing.assert_array_equal(gen.lengths, [len(t) for t in gen.tokens])
 
 
-def test_stop_string_truncates_at_first_token_containing_it(model):
-    sampler = Sampler(batch_buckets=(4,), prompt_buckets=(16,))
-    tokenizer = FakeTokenizer()
-    base = SamplingConfig(temperature=0, max_new_tokens=40, stop_token_ids=(47,))
-    free = sampler.generate(model, PROMPTS, jax.random.key(0), base, tokenizer=tokenizer)
-    target = int(free.tokens[1][20])  # lies in the second decode chunk
-    first = int(np.flatnonzero(free.tokens[1] == target)[0])
-    stop_string = f"t{target} "
-    config = SamplingConfig(temperature=0, max_new_tokens=40, stop_token_ids=(47,), stop_strings=(stop_string,))
-    gen = sampler.generate(model, PROMPTS, jax.random.key(0), config, tokenizer=tokenizer)
-    assert gen.tokens[1].tolist() == free.tokens[1][: first + 1].tolist()
-    assert gen.finish_reasons[1] == "stop_string"
-    assert gen.texts[1] == tokenizer.decode(gen.tokens[1].tolist()) and gen.texts[1].endswith(stop_string)
-    with pytest.raises(ValueError, match="tokenizer"):
-        sampler.generate(model, PROMPTS, jax.random.key(0), config)
-
-
 # ---------------------------------------------------------------------------
 # Compilation.
 
 
 def test_compile_count_is_constant_within_buckets_and_across_weight_updates():
     model = make_model(1)
-    sampler = Sampler(batch_buckets=(2, 4), prompt_buckets=(8,))
+    sampler = Sampler(model, batch_buckets=(2, 4), prompt_buckets=(8,))
     config = SamplingConfig(temperature=1.0, max_new_tokens=4)
-    first = sampler.generate(model, [[1, 2, 3], [4]], jax.random.key(0), config)
+    first = sampler.generate([[1, 2, 3], [4]], jax.random.key(0), config)
     count = sampler.compile_count
     assert count == 2  # prefill + decode loop
-    sampler.generate(model, [[5, 6], [7, 8, 9, 10, 11]], jax.random.key(1), config)
-    sampler.generate(model, [[5]], jax.random.key(1), config)  # batch 1 -> bucket 2
+    sampler.generate([[5, 6], [7, 8, 9, 10, 11]], jax.random.key(1), config)
+    sampler.generate([[5]], jax.random.key(1), config)  # batch 1 -> bucket 2
     for name in model.layers.lora_b.keys():  # a PPO update changes the adapters
         b = model.layers.lora_b[name]
         b[...] = b[...] + 0.5
-    updated = sampler.generate(model, [[1, 2, 3], [4]], jax.random.key(0), config)
+    sampler.set_lora(nnx.state(model, nnx.LoRAParam))
+    updated = sampler.generate([[1, 2, 3], [4]], jax.random.key(0), config)
     assert sampler.compile_count == count
     assert not np.allclose(updated.logprobs[0], first.logprobs[0])  # new weights were used
-    sampler.generate(model, [[1, 2, 3]] * 3, jax.random.key(0), config)  # batch bucket 4
+    sampler.generate([[1, 2, 3]] * 3, jax.random.key(0), config)  # batch bucket 4
     assert sampler.compile_count == count + 2
 
 
@@ -280,7 +254,7 @@ def test_constrained_samples_are_candidates_with_renormalised_logprobs(model, sa
     temperature = 0.8
     seen = [set() for _ in CANDIDATES]
     for seed in range(4):
-        gen = sampler.generate_constrained(model, PROMPTS, CANDIDATES, jax.random.key(seed), temperature)
+        gen = sampler.generate_constrained(PROMPTS, CANDIDATES, jax.random.key(seed), temperature)
         for b, (prompt, actions) in enumerate(zip(PROMPTS, CANDIDATES)):
             tokens = gen.tokens[b].tolist()
             assert tokens == actions[gen.action_index[b]]
@@ -294,7 +268,7 @@ def test_constrained_samples_are_candidates_with_renormalised_logprobs(model, sa
 
 
 def test_constrained_greedy_picks_the_best_allowed_token(model, sampler):
-    gen = sampler.generate_constrained(model, PROMPTS, CANDIDATES, jax.random.key(0), temperature=0.0)
+    gen = sampler.generate_constrained(PROMPTS, CANDIDATES, jax.random.key(0), temperature=0.0)
     for b, (prompt, actions) in enumerate(zip(PROMPTS, CANDIDATES)):
         prefix = []
         while not any(prefix == a for a in actions):
@@ -308,10 +282,10 @@ def test_constrained_prefix_actions_use_the_end_token(model, sampler):
     end = 0
     candidates = [[[5], [5, 6], [5, 6, 7]]] * 2
     with pytest.raises(ValueError, match="prefix"):
-        sampler.generate_constrained(model, PROMPTS[:2], candidates, jax.random.key(0))
+        sampler.generate_constrained(PROMPTS[:2], candidates, jax.random.key(0))
     counts = np.zeros(3, int)
     for seed in range(6):
-        gen = sampler.generate_constrained(model, PROMPTS[:2], candidates, jax.random.key(seed), 2.0, end_token_id=end)
+        gen = sampler.generate_constrained(PROMPTS[:2], candidates, jax.random.key(seed), 2.0, end_token_id=end)
         for b in range(2):
             action = candidates[b][gen.action_index[b]]
             tokens = gen.tokens[b].tolist()
@@ -351,19 +325,19 @@ def test_score_actions_matches_full_forward_and_normalises(model, sampler):
         logprobs = np_log_softmax(full_forward_logits(model, prompt + action))
         sums.append(sum(logprobs[len(prompt) - 1 + j, t] for j, t in enumerate(action)))
     sums = np.array(sums)
-    scores = sampler.score_actions(model, prompt, actions)
+    scores = sampler.score_actions(prompt, actions)
     assert isinstance(scores, ActionScores)
     np.testing.assert_allclose(scores.token_logprob_sums, sums, atol=5e-5)
     np.testing.assert_allclose(scores.normalized_logprobs, sums / [2, 1, 3, 5], atol=5e-5)
     reference = np.exp(sums / [2, 1, 3, 5])
     np.testing.assert_allclose(scores.probs, reference / reference.sum(), atol=1e-5)
-    words = sampler.score_actions(model, prompt, actions, normalization="word", action_texts=texts)
+    words = sampler.score_actions(prompt, actions, normalization="word", action_texts=texts)
     np.testing.assert_allclose(words.normalized_logprobs, sums / [2, 1, 3, 2], atol=5e-5)
     np.testing.assert_allclose(words.probs.sum(), 1.0, atol=1e-6)
     with pytest.raises(ValueError, match="action_texts"):
-        sampler.score_actions(model, prompt, actions, normalization="word")
+        sampler.score_actions(prompt, actions, normalization="word")
     with pytest.raises(ValueError, match="normalization"):
-        sampler.score_actions(model, prompt, actions, normalization="chars")
+        sampler.score_actions(prompt, actions, normalization="chars")
 
 
 # ---------------------------------------------------------------------------
@@ -374,20 +348,20 @@ def test_bad_input_gives_one_line_value_errors(model, sampler):
     key = jax.random.key(0)
     config = SamplingConfig(max_new_tokens=2)
     cases = [
-        lambda: sampler.generate(model, [], key, config),
-        lambda: sampler.generate(model, ["hello"], key, config),
-        lambda: sampler.generate(model, [[]], key, config),
-        lambda: sampler.generate(model, [[VOCAB]], key, config),
+        lambda: sampler.generate([], key, config),
+        lambda: sampler.generate(["hello"], key, config),
+        lambda: sampler.generate([[]], key, config),
+        lambda: sampler.generate([[VOCAB]], key, config),
         lambda: SamplingConfig(temperature=-1),
         lambda: SamplingConfig(top_p=0),
         lambda: SamplingConfig(top_k=-2),
         lambda: SamplingConfig(max_new_tokens=0),
-        lambda: sampler.generate_constrained(model, [[1]], [[]], key),
-        lambda: sampler.generate_constrained(model, [[1]], [[[1], []]], key),
-        lambda: sampler.generate_constrained(model, [[1]], [[[1]], [[2]]], key),
-        lambda: sampler.generate_constrained(model, [[1]], [["go"]], key),
-        lambda: sampler.score_actions(model, [1], []),
-        lambda: Sampler(batch_buckets=()),
+        lambda: sampler.generate_constrained([[1]], [[]], key),
+        lambda: sampler.generate_constrained([[1]], [[[1], []]], key),
+        lambda: sampler.generate_constrained([[1]], [[[1]], [[2]]], key),
+        lambda: sampler.generate_constrained([[1]], [["go"]], key),
+        lambda: sampler.score_actions([1], []),
+        lambda: Sampler(model, batch_buckets=()),
     ]
     for case in cases:
         with pytest.raises(ValueError) as info:
@@ -396,8 +370,8 @@ def test_bad_input_gives_one_line_value_errors(model, sampler):
 
 
 def test_one_token_prompt_in_a_one_slot_bucket(model):
-    sampler = Sampler(batch_buckets=(1,), prompt_buckets=(1, 8))
-    gen = sampler.generate(model, [[7]], jax.random.key(0), SamplingConfig(temperature=0, max_new_tokens=3))
+    sampler = Sampler(model, batch_buckets=(1,), prompt_buckets=(1, 8))
+    gen = sampler.generate([[7]], jax.random.key(0), SamplingConfig(temperature=0, max_new_tokens=3))
     sequence = [7]
     for _ in range(3):
         sequence.append(int(np.argmax(full_forward_logits(model, sequence)[-1])))
@@ -411,41 +385,45 @@ def test_one_token_prompt_in_a_one_slot_bucket(model):
 @pytest.mark.parametrize("matmul_dtype", [None, jnp.bfloat16])
 def test_unstacked_and_scanned_samplers_agree(matmul_dtype):
     model = make_model(2, matmul_dtype)  # bfloat16 matmuls: a bfloat16 cache by default too
-    unstacked = Sampler(batch_buckets=(4,), prompt_buckets=(16,))
-    scanned = Sampler(batch_buckets=(4,), prompt_buckets=(16,), unstack_layers=False)
-    assert unstacked._cache_dtype(model) == (jnp.bfloat16 if matmul_dtype is not None else jnp.float32)
+    unstacked = Sampler(model, batch_buckets=(4,), prompt_buckets=(16,))
+    scanned = Sampler(model, batch_buckets=(4,), prompt_buckets=(16,), unstack_layers=False)
+    assert unstacked.cache_dtype == (jnp.bfloat16 if matmul_dtype is not None else jnp.float32)
     for config in (SamplingConfig(temperature=0, max_new_tokens=10), SamplingConfig(temperature=0.8, max_new_tokens=10)):
-        a = unstacked.generate(model, PROMPTS, jax.random.key(4), config)
-        b = scanned.generate(model, PROMPTS, jax.random.key(4), config)
+        a = unstacked.generate(PROMPTS, jax.random.key(4), config)
+        b = scanned.generate(PROMPTS, jax.random.key(4), config)
         for x, y, lx, ly in zip(a.tokens, b.tokens, a.logprobs, b.logprobs):
             assert x.tolist() == y.tolist()
             np.testing.assert_allclose(lx, ly, atol=1e-5, rtol=0)
     candidates = [[[1, 2], [1, 3, 5], [7]]] * len(PROMPTS)
-    a = unstacked.generate_constrained(model, PROMPTS, candidates, jax.random.key(1), 0.0)
-    b = scanned.generate_constrained(model, PROMPTS, candidates, jax.random.key(1), 0.0)
+    a = unstacked.generate_constrained(PROMPTS, candidates, jax.random.key(1), 0.0)
+    b = scanned.generate_constrained(PROMPTS, candidates, jax.random.key(1), 0.0)
     assert a.action_index.tolist() == b.action_index.tolist()
     actions = [[1, 2], [3, 4, 5], [6]]
-    np.testing.assert_allclose(unstacked.score_actions(model, PROMPTS[0], actions).token_logprob_sums,
-                               scanned.score_actions(model, PROMPTS[0], actions).token_logprob_sums, atol=1e-5)
+    np.testing.assert_allclose(unstacked.score_actions(PROMPTS[0], actions).token_logprob_sums,
+                               scanned.score_actions(PROMPTS[0], actions).token_logprob_sums, atol=1e-5)
 
 
-def test_unstacked_copy_is_reused_until_the_base_weights_change():
+def test_set_lora_keeps_the_unstacked_copy_and_the_new_adapters_are_used():
     model = make_model(3)
-    sampler = Sampler(batch_buckets=(4,), prompt_buckets=(16,))
+    sampler = Sampler(model, batch_buckets=(4,), prompt_buckets=(16,))
     greedy = SamplingConfig(temperature=0, max_new_tokens=6)
-    sampler.generate(model, PROMPTS, jax.random.key(0), greedy)
-    copy = sampler._unstacked[1]
+    before = sampler.generate(PROMPTS, jax.random.key(0), greedy)
+    copy, count = sampler.unstacked, sampler.compile_count
     for name in model.layers.lora_b.keys():  # a PPO update: adapters change, the base does not
         model.layers.lora_b[name][...] = model.layers.lora_b[name][...] + 0.3
-    after_lora = sampler.generate(model, PROMPTS, jax.random.key(0), greedy)
-    assert sampler._unstacked[1] is copy
+    untold = sampler.generate(PROMPTS, jax.random.key(0), greedy)  # the sampler holds its own state
+    np.testing.assert_array_equal(untold.logprobs[0], before.logprobs[0])
+    sampler.set_lora(nnx.state(model, nnx.LoRAParam))
+    after_lora = sampler.generate(PROMPTS, jax.random.key(0), greedy)
+    assert sampler.unstacked is copy and sampler.compile_count == count
     logits = full_forward_logits(model, PROMPTS[0] + after_lora.tokens[0].tolist())
     expected = np_log_softmax(logits)[np.arange(len(PROMPTS[0]) - 1, len(PROMPTS[0]) + 5), after_lora.tokens[0]]
     np.testing.assert_allclose(after_lora.logprobs[0], expected, atol=2e-5)
-    w = model.layers.weights["up_proj"]  # new base weights: a new copy, and they are used
+    w = model.layers.weights["up_proj"]  # new base weights: a new sampler, and they are used
     w[...] = w[...] * 1.5
-    after_base = sampler.generate(model, PROMPTS, jax.random.key(0), greedy)
-    assert sampler._unstacked[1] is not copy
+    after_base = Sampler(model, batch_buckets=(4,), prompt_buckets=(16,)).generate(PROMPTS, jax.random.key(0), greedy)
     logits = full_forward_logits(model, PROMPTS[0] + after_base.tokens[0].tolist())
     expected = np_log_softmax(logits)[np.arange(len(PROMPTS[0]) - 1, len(PROMPTS[0]) + 5), after_base.tokens[0]]
     np.testing.assert_allclose(after_base.logprobs[0], expected, atol=2e-5)
+    with pytest.raises(ValueError, match="structure"):
+        sampler.set_lora({"lora_b": jnp.zeros(3)})

@@ -39,14 +39,14 @@ def sample_programs(model_name: str, samples: int, batch: int, seed: int, max_ne
         temperature=config.sampling.temperature, top_k=config.sampling.top_k,
         max_new_tokens=max_new_tokens or config.sampling.max_new_tokens, stop_token_ids=tuple(tokenizer.eos_token_ids),
     )
-    sampler = Sampler()
+    sampler = Sampler(model)
     texts = []
     rng = jax.random.key(seed)
     start = time.perf_counter()
     while len(texts) < samples:
         rng, key = jax.random.split(rng)
         n = min(batch, samples - len(texts))
-        generation = sampler.generate(model, [prompt] * n, key, sampling, tokenizer)
+        generation = sampler.generate([prompt] * n, key, sampling, tokenizer)
         texts.extend(tokenizer.decode(t.tolist(), skip_special_tokens=True) for t in generation.tokens)
     return texts, time.perf_counter() - start
 

@@ -109,7 +109,7 @@ def run_jax(directory: str, args) -> dict:
         model = build_random_model(args.shape, lora=None, dtype=dtype, matmul_dtype=matmul_dtype)
     else:
         model = hf_io.load_hf_model(directory, lora=None, dtype=dtype, matmul_dtype=matmul_dtype)
-    sampler = Sampler(unstack_layers=not args.scan_layers)
+    sampler = Sampler(model, unstack_layers=not args.scan_layers)
     rng = jax.random.key(0)
     full = SamplingConfig(temperature=0.0, max_new_tokens=args.new_tokens)
     one = SamplingConfig(temperature=0.0, max_new_tokens=1)
@@ -118,8 +118,8 @@ def run_jax(directory: str, args) -> dict:
         prompts = prompt_ids(batch, args.prompt_tokens, model.config.vocab_size)
         result = {}
         generate_s, times = best_time(
-            lambda: result.update(g=sampler.generate(model, prompts, rng, full)), args.repeats)
-        prefill_s, _ = best_time(lambda: sampler.generate(model, prompts, rng, one), args.repeats)
+            lambda: result.update(g=sampler.generate(prompts, rng, full)), args.repeats)
+        prefill_s, _ = best_time(lambda: sampler.generate(prompts, rng, one), args.repeats)
         tokens = [t.tolist() for t in result["g"].tokens]
         assert all(len(t) == args.new_tokens for t in tokens), "ours stopped early"
         cache_slots = bucket_size(args.prompt_tokens, sampler.prompt_buckets) + args.new_tokens
@@ -130,7 +130,7 @@ def run_jax(directory: str, args) -> dict:
             "prefill_s": prefill_s,
             "tokens": tokens,
             "decode_bytes": decode_bytes(model, bucket_size(batch, sampler.batch_buckets), cache_slots,
-                                         sampler._cache_dtype(model)),
+                                         sampler.cache_dtype),
         })
     device = jax.devices()[0]
     return {
@@ -245,7 +245,7 @@ def main(argv: list[str]) -> int:
                         help="the device's memory bandwidth in GB/s, e.g. 3350 for an H100 SXM: prints the fraction")
     parser.add_argument("--xla-flags", default="", help="extra XLA_FLAGS for our side")
     parser.add_argument("--scan-layers", action="store_true",
-                        help="ours: scan over the stacked layer weights (Sampler(unstack_layers=False))")
+                        help="ours: scan over the stacked layer weights (Sampler(model, unstack_layers=False))")
     parser.add_argument("--sides", choices=("both", "jax", "torch"), default="both")
     parser.add_argument("--side", choices=("jax", "torch"), help=argparse.SUPPRESS)
     parser.add_argument("--directory", help=argparse.SUPPRESS)

@@ -4,7 +4,9 @@
 """
 
 from poad_jax.models.errors import ModelLoadError
-from poad_jax.models.llama import KVCache, Llama, LlamaConfig, LoraConfig, ModelOutput, init_cache
+from poad_jax.models.config import LlamaConfig, LoraConfig
+from poad_jax.models.decode import KVCache, init_cache
+from poad_jax.models.llama import Llama, ModelOutput
 from poad_jax.models.loading import load
 from poad_jax.models.tokenizer import Tokenizer
 

@@ -28,10 +28,8 @@ import pathlib
 import shutil
 import tempfile
 
-import jax
-import jax.numpy as jnp
-
 from poad_jax.models import gguf_convert, hf_io
+from poad_jax.models.decode import default_dtype
 from poad_jax.models.errors import ModelLoadError
 from poad_jax.models.llama import Llama, LoraConfig
 from poad_jax.models.tokenizer import Tokenizer
@@ -76,11 +74,6 @@ def cache_root() -> pathlib.Path:
     """`$POAD_CACHE` or `~/.cache/poad_jax`."""
     configured = os.environ.get("POAD_CACHE")
     return pathlib.Path(configured) if configured else pathlib.Path.home() / ".cache" / "poad_jax"
-
-
-def default_dtype():
-    """float32 on CPU (exact parity), bfloat16 on accelerators."""
-    return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
 
 
 def wheel_part_paths(model: EmbeddedModel) -> list[pathlib.Path]:

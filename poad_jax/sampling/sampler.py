@@ -1,0 +1,300 @@
+"""`Sampler`: bucketed, jit-compiled generation, trie-constrained generation and
+TWOSOME scoring of one model.
+
+It keeps the model split as the learner does, `(graphdef, frozen base, LoRA,
+rest)`, splits it once at construction and is told when the LoRA weights
+change (`set_lora`, e.g. after each PPO update): the state is an argument of
+jitted pure functions whose graph definition is fixed, so new weights never
+recompile.  Batch size and prompt length are rounded up to buckets (dummy
+rows, left padding), which bounds the number of compilations;
+`compile_count` counts them (one per trace of a jitted function).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from poad_jax.layout import ACTION_BUCKETS, COUNT_BUCKETS, PROMPT_BUCKETS, bucket_size, build_action_tries, next_power_of_two
+from poad_jax.models.decode import unstack_weights
+from poad_jax.models.llama import base_filter
+from poad_jax.sampling.loop import FreeSampling, TrieSampling, decode_loop, left_pad, prefill
+from poad_jax.sampling.scoring import NORMALIZATIONS, ActionScores, action_normalizers, pack_candidates, score_candidates
+
+FINISH_STOP_TOKEN = "stop_token"
+FINISH_LENGTH = "length"
+DEFAULT_BATCH_BUCKETS = COUNT_BUCKETS
+DEFAULT_PROMPT_BUCKETS = PROMPT_BUCKETS
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """How to draw tokens.  temperature 0 = greedy; top_k 0 = off; top_p 1 = off.
+
+    `stop_token_ids` end a row (the stop token is kept in the output).  When it
+    is empty and a tokenizer is passed to `generate`, the tokenizer's
+    `eos_token_ids` are used.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    max_new_tokens: int = 128
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """Per prompt: generated ids (stop token included), their log-probs, why it ended."""
+
+    tokens: list[np.ndarray]  # int32 [n_b]
+    logprobs: list[np.ndarray]  # float32 [n_b]
+    finish_reasons: list[str]  # "stop_token" | "length"
+    texts: list[str] | None = None  # decoded tokens, when a tokenizer was given
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.array([len(t) for t in self.tokens], np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstrainedGeneration:
+    """Per prompt: the chosen action's ids, their constrained log-probs, its index."""
+
+    tokens: list[np.ndarray]  # int32 [n_b]
+    logprobs: list[np.ndarray]  # float32 [n_b]
+    action_index: np.ndarray  # int32 [B]: index into candidates[b]
+
+
+def _check_ids(sequences, vocab_size: int, what: str = "prompt") -> list[list[int]]:
+    """Validated token-id rows; a one-line ValueError on bad input."""
+    if isinstance(sequences, (str, bytes)) or len(sequences) == 0:
+        raise ValueError(f"{what}s must be a non-empty sequence of token-id sequences")
+    rows = []
+    for b, sequence in enumerate(sequences):
+        if isinstance(sequence, (str, bytes)):
+            raise ValueError(f"{what} {b} is text; encode it to token ids first")
+        try:
+            row = [int(t) for t in sequence]
+        except (TypeError, ValueError):
+            raise ValueError(f"{what} {b} is not a sequence of integer token ids") from None
+        if not row:
+            raise ValueError(f"{what} {b} is empty")
+        if min(row) < 0 or max(row) >= vocab_size:
+            raise ValueError(f"{what} {b} has a token id outside [0, {vocab_size})")
+        rows.append(row)
+    return rows
+
+
+class Sampler:
+    """Generation, constrained generation and scoring with one model's weights.
+
+    `Sampler(model)` splits `model` once into graph definition, frozen base,
+    LoRA state and the rest; `set_lora(lora)` swaps in new LoRA weights (an
+    `nnx.State` of the same structure, e.g. `policy.split_policy`'s
+    `params["actor"]`).  The base is never re-split: for a new base, make a
+    new Sampler.
+
+    `unstack_layers=True` (default) runs the decoder unrolled over per-layer
+    copies of the frozen base (`models.decode.unstack_weights`), made once
+    here: XLA copies every weight slice a scan takes, so this cuts the bytes a
+    memory-bound decode step moves (docs/performance.md), at the cost of one
+    more copy of the weight matrices and a longer compilation.
+    `cache_dtype`: the KV cache's dtype; by default the model's dtype, or
+    bfloat16 when its matmuls take bfloat16 operands (attention rounds keys
+    and values to bfloat16 anyway, so the cache changes no result).
+    """
+
+    def __init__(
+        self,
+        model,
+        *,
+        batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
+        prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
+        cache_dtype=None,
+        unstack_layers: bool = True,
+    ):
+        for name, buckets in (("batch_buckets", batch_buckets), ("prompt_buckets", prompt_buckets)):
+            if not buckets or any(int(b) < 1 for b in buckets):
+                raise ValueError(f"{name} must be a non-empty sequence of positive sizes, got {buckets}")
+        self.batch_buckets = tuple(sorted(int(b) for b in batch_buckets))
+        self.prompt_buckets = tuple(sorted(int(b) for b in prompt_buckets))
+        if cache_dtype is None:
+            cache_dtype = model.matmul_dtype if getattr(model, "matmul_dtype", None) is not None else model.dtype
+        self.cache_dtype = jnp.dtype(cache_dtype)
+        self.vocab_size = model.config.vocab_size
+        self.compile_count = 0
+        graphdef, *state = nnx.split(model, base_filter(), nnx.LoRAParam, ...)
+        # Own Variable objects (same arrays): later in-place edits of `model` do not leak in.
+        self._base, self._lora, self._rest = jax.tree.map(lambda x: x, state)
+        self.unstacked = unstack_weights(model) if unstack_layers else None
+
+        def merged(base, lora, rest):
+            self.compile_count += 1  # runs once per trace, i.e. per compilation
+            return nnx.merge(graphdef, base, lora, rest)
+
+        def start(base, lora, rest, unstacked, tokens, mask, n_rows, cache_length, buffer_length):
+            model = merged(base, lora, rest)
+            return prefill(model, unstacked, tokens, mask, n_rows, cache_length, self.cache_dtype, buffer_length)
+
+        def decode(base, lora, rest, unstacked, carry, rng, rule):
+            return decode_loop(merged(base, lora, rest), unstacked, carry, rng, rule)
+
+        def score(base, lora, rest, unstacked, *arrays):
+            return score_candidates(merged(base, lora, rest), unstacked, *arrays)
+
+        self._prefill = jax.jit(start, static_argnums=(7, 8))
+        self._decode = jax.jit(decode, donate_argnums=(4,))
+        self._score = jax.jit(score)
+
+    def set_lora(self, lora) -> None:
+        """Uses `lora` (same structure as the model's LoRA state) from the next
+        call on; compiled functions and the unstacked base copies are kept."""
+        if jax.tree.structure(lora) != jax.tree.structure(self._lora):
+            raise ValueError("set_lora: the LoRA state's structure differs from the sampler model's")
+        self._lora = jax.tree.map(lambda x: x, lora)
+
+    def _weights(self):
+        return self._base, self._lora, self._rest, self.unstacked
+
+    def _start(self, prompts, buffer_length: int):
+        """Buckets and prefills; returns the decode carry."""
+        batch = bucket_size(len(prompts), self.batch_buckets)
+        length = bucket_size(max(len(p) for p in prompts), self.prompt_buckets)
+        tokens, mask = left_pad(prompts, batch, length)
+        return self._prefill(*self._weights(), jnp.asarray(tokens), jnp.asarray(mask), jnp.int32(len(prompts)),
+                             length + buffer_length, buffer_length)
+
+    def generate(self, prompts: Sequence[Sequence[int]], rng: jax.Array, config: SamplingConfig,
+                 tokenizer=None) -> Generation:
+        """Samples a continuation of every prompt (token ids, any lengths)."""
+        prompts = _check_ids(prompts, self.vocab_size)
+        stop_ids = config.stop_token_ids
+        if not stop_ids and tokenizer is not None:
+            stop_ids = tuple(int(t) for t in getattr(tokenizer, "eos_token_ids", ()))
+        stop_ids = tuple(sorted(set(stop_ids)))
+        rule = FreeSampling(float(config.temperature), int(config.top_k), float(config.top_p), stop_ids)
+        carry = self._decode(*self._weights(), self._start(prompts, config.max_new_tokens), rng, rule)
+        tokens, logprobs, n_written = np.asarray(carry.tokens), np.asarray(carry.logprobs), int(carry.step)
+        out_tokens, out_logprobs, reasons = [], [], []
+        for b in range(len(prompts)):
+            row = tokens[b, :n_written]
+            hits = np.flatnonzero(np.isin(row, stop_ids)) if stop_ids else []
+            length, reason = (int(hits[0]) + 1, FINISH_STOP_TOKEN) if len(hits) else (len(row), FINISH_LENGTH)
+            out_tokens.append(row[:length].astype(np.int32))
+            out_logprobs.append(logprobs[b, :length].astype(np.float32))
+            reasons.append(reason)
+        texts = None if tokenizer is None else [tokenizer.decode(t.tolist()) for t in out_tokens]
+        return Generation(out_tokens, out_logprobs, reasons, texts)
+
+    def generate_constrained(
+        self,
+        prompts: Sequence[Sequence[int]],
+        candidates: Sequence[Sequence[Sequence[int]]],
+        rng: jax.Array,
+        temperature: float = 1.0,
+        *,
+        end_token_id: int | None = None,
+    ) -> ConstrainedGeneration:
+        """Samples one of `candidates[b]` (token-id sequences) for each prompt,
+        token by token, each step restricted to tokens continuing a valid action.
+
+        log-probs are those of the renormalised constrained distribution
+        softmax(logits[allowed] / T).  If an action is a strict prefix of
+        another, the choice "end here" is the token `end_token_id` (generated,
+        and scored like any other allowed token).
+        """
+        prompts = _check_ids(prompts, self.vocab_size)
+        if len(candidates) != len(prompts):
+            raise ValueError(f"got {len(candidates)} candidate lists for {len(prompts)} prompts")
+        if not (temperature >= 0 and math.isfinite(temperature)):
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+        for b, row in enumerate(candidates):
+            for action in row:
+                if isinstance(action, (str, bytes)):
+                    raise ValueError(f"row {b}: candidate actions must be token ids, not text")
+                if any(not 0 <= int(t) < self.vocab_size for t in action):
+                    raise ValueError(f"row {b}: a candidate action has a token id outside [0, {self.vocab_size})")
+        trie = build_action_tries(candidates, bucket_size(len(prompts), self.batch_buckets), end_token_id)
+        edges = (jnp.asarray(a) for a in (trie.edge_token, trie.edge_child, trie.edge_valid))
+        rule = TrieSampling(*edges, float(temperature))
+        carry = self._start(prompts, next_power_of_two(trie.max_depth, 8))
+        carry = self._decode(*self._weights(), carry, rng, rule)
+        tokens, logprobs, nodes = np.asarray(carry.tokens), np.asarray(carry.logprobs), np.asarray(carry.node)
+        out_tokens, out_logprobs, index = [], [], []
+        for b in range(len(prompts)):
+            length = int(trie.node_depth[b, nodes[b]])  # includes an end-of-action token
+            out_tokens.append(tokens[b, :length].astype(np.int32))
+            out_logprobs.append(logprobs[b, :length].astype(np.float32))
+            index.append(int(trie.node_action[b, nodes[b]]))
+        return ConstrainedGeneration(out_tokens, out_logprobs, np.array(index, np.int32))
+
+    def score_actions(self, prompt: Sequence[int], actions: Sequence[Sequence[int]], normalization: str = "token",
+                      action_texts: Sequence[str] | None = None) -> ActionScores:
+        """TWOSOME: log p(action | prompt) of every candidate, the prompt encoded once.
+
+        normalized = sum of token log-probs / (token count | word count | 1),
+        probs = softmax(normalized).  "word" counts whitespace-separated words
+        of `action_texts`.  (`score_actions_batch` for several prompts.)
+        """
+        texts = None if action_texts is None else [action_texts]
+        return self.score_actions_batch([prompt], [actions], normalization, texts)[0]
+
+    def score_actions_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        actions: Sequence[Sequence[Sequence[int]]],
+        normalization: str = "token",
+        action_texts: Sequence[Sequence[str]] | None = None,
+    ) -> list[ActionScores]:
+        """`score_actions` of several prompts (each with its own candidates) in one
+        call: one row per prompt, `prompt | candidate 0 | ... | candidate K-1`,
+        through the model once; prompts, candidate counts and lengths bucketed."""
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+        prompts = _check_ids(prompts, self.vocab_size)
+        if len(actions) != len(prompts):
+            raise ValueError(f"got {len(actions)} candidate lists for {len(prompts)} prompts")
+        if action_texts is not None and len(action_texts) != len(prompts):
+            raise ValueError(f"got {len(action_texts)} action text lists for {len(prompts)} prompts")
+        rows, normalizers = [], []
+        for b, row in enumerate(actions):
+            if isinstance(row, (str, bytes)) or len(row) == 0:
+                raise ValueError("actions must be a non-empty sequence of token-id sequences")
+            row = _check_ids(row, self.vocab_size, "action")
+            normalizers.append(action_normalizers(row, None if action_texts is None else action_texts[b],
+                                                  normalization))
+            rows.append(row)
+        batch = bucket_size(len(prompts), self.batch_buckets)
+        prompt_tokens, prompt_mask = left_pad(prompts, batch, bucket_size(max(map(len, prompts)), self.prompt_buckets))
+        packed = pack_candidates(rows, normalizers, batch, bucket_size(max(map(len, rows)), self.batch_buckets),
+                                 bucket_size(max(len(a) for r in rows for a in r), ACTION_BUCKETS))
+        sums, normalized, log_pi = self._score(
+            *self._weights(), jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask), *map(jnp.asarray, packed))
+        sums, normalized, probs = np.asarray(sums), np.asarray(normalized), np.exp(np.asarray(log_pi))
+        out = []
+        for b, row in enumerate(rows):
+            k = len(row)
+            scores = ActionScores(sums[b, :k].astype(np.float32), normalized[b, :k].astype(np.float32),
+                                  probs[b, :k].astype(np.float32))
+            chex.assert_shape([scores.token_logprob_sums, scores.normalized_logprobs, scores.probs], (k,))
+            out.append(scores)
+        return out
