@@ -25,13 +25,13 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     args = parser.parse_args()
     model, tokenizer = load(args.model)
-    sampler = Sampler()
+    sampler = Sampler(model)
     env = VirtualHomeEnv("food_preparation")
     observation = env.reset(seed=0)
     for step, action in enumerate(PATH):
         prompt = tokenizer.encode(observation.text)
         candidates = [tokenizer.encode(" " + label) for label in observation.actions]  # raw prompt: a space
-        probs = np.asarray(sampler.score_actions(model, prompt, candidates).probs)
+        probs = np.asarray(sampler.score_actions(prompt, candidates).probs)
         ranked = sorted(zip(observation.actions, probs), key=lambda pair: -pair[1])
         print(f"| {step} | {action} | " + ", ".join(f"{label} {p:.2f}" for label, p in ranked) + " |")
         observation = env.step(action).observation
