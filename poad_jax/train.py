@@ -314,7 +314,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     anything is written to `workdir`.
     """
     validate_config(config)
-    device_mesh(config)  # the devices fit the mesh, checked before anything is written
+    mesh = device_mesh(config)  # the devices fit the mesh, checked before anything is written
     workdir = pathlib.Path(workdir) if workdir else default_workdir(config)
     changes = prepare_workdir(workdir, config)
 
@@ -332,7 +332,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
             if stored is not None and config_differences(stored, config_as_json(config))[0]:
                 clear_stale_outputs(workdir)
         write_config(workdir, config, changes)
-        return _train(config, workdir, method, lconfig, model, tokenizer, envs, show_progress, max_updates)
+        return _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_progress, max_updates)
     except BaseException:
         # A start that failed (or was interrupted) before anything worth keeping leaves no directory.
         if created and not checkpoint_lib.checkpoint_steps(workdir) and not (workdir / best_lib.RECORD_FILE).exists():
@@ -356,7 +356,7 @@ def device_mesh(config: ml_collections.ConfigDict):
     return mesh
 
 
-def _train(config, workdir, method, lconfig, model, tokenizer, envs, show_progress, max_updates) -> RunResult:
+def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_progress, max_updates) -> RunResult:
     head = ValueHead(model.config.hidden_size, tuple(config.critic.hidden_sizes), rngs=nnx.Rngs(int(config.seed) + 1))
     graph, frozen, params = split_policy(model, head)
     if config.critic.kind == "lora":
@@ -366,7 +366,6 @@ def _train(config, workdir, method, lconfig, model, tokenizer, envs, show_progre
     rconfig = rollout_config(config, tuple(tokenizer.eos_token_ids))
     sampler = Sampler(merged_actor(graph, frozen, params))
     collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
-    mesh = device_mesh(config)
     if mesh is None:  # one device: no sharding call anywhere
         update_fn, update_compiles = make_update_fn(graph, method, lconfig)
         state = init_train_state(params, lconfig, jax.random.key(int(config.seed)))
