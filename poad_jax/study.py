@@ -605,7 +605,8 @@ class GroupResult:
 
 
 def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
-    """Per group (all axes but the seed): final return/success over seeds, curves, threshold steps."""
+    """Per group (all axes but the seed), over its finished cells: final return/success over seeds,
+    curves, threshold steps."""
     report = study.report
     metric = report.get("metric", "episode_return")
     window = int(report.get("smoothing", 1))
@@ -619,9 +620,10 @@ def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
     for group, cells in groups.items():
         finals, successes, reach, curves, success_curves, seeds = [], [], [], [], [], []
         for cell in cells:
-            records = read_records(workdir / "cells" / cell.name)
-            if not records:
-                continue
+            cell_dir = workdir / "cells" / cell.name
+            if not cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps)):
+                continue  # a running cell's last updates are not its final ones: it shows in the per-cell table
+            records = read_records(cell_dir)
             seeds.append(cell.seed)
             finals.append(final_value(records, metric, fraction))
             successes.append(final_value(records, "success_rate", fraction))
@@ -636,6 +638,62 @@ def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
             theory=predicted, curves=curves, success_curves=success_curves,
         ))
     return results
+
+
+PHASE_SECONDS = ("seconds_sampling", "seconds_env", "seconds_behaviour", "seconds_learner")
+
+
+@dataclasses.dataclass
+class CellSummary:
+    """One cell's progress as its metrics.jsonl tells it (robust to interrupted sessions)."""
+    name: str
+    finished: bool
+    env_steps: int
+    total_env_steps: int
+    episodes: int
+    first_success: float  # env steps at the first update in which an episode succeeded; NaN if none yet
+    final_return: float
+    final_success: float
+    seconds: float  # time in updates: the sum over updates of sampling, env, behaviour and learner seconds
+
+
+def summarise_cell(study: Study, workdir: pathlib.Path, cell: Cell) -> CellSummary | None:
+    """The cell's row of the per-cell table, or None before its first logged update.
+
+        first_success = min { env_steps_u : success_rate_u > 0 },  seconds = sum_u sum_phase seconds_phase,u
+    """
+    cell_dir = workdir / "cells" / cell.name
+    records = read_records(cell_dir)
+    if not records:
+        return None
+    total = int(cell_config(study, cell).total_env_steps)
+    metric = study.report.get("metric", "episode_return")
+    fraction = float(study.report.get("final_fraction", 0.1))
+    successes = [r["env_steps"] for r in records if (r.get("success_rate") or 0.0) > 0.0]
+    return CellSummary(
+        name=cell.name, finished=cell_finished(cell_dir, total), env_steps=int(records[-1].get("env_steps") or 0),
+        total_env_steps=total, episodes=int(records[-1].get("episodes") or 0),
+        first_success=float(successes[0]) if successes else float("nan"),
+        final_return=final_value(records, metric, fraction), final_success=final_value(records, "success_rate", fraction),
+        seconds=float(sum(float(r.get(key) or 0.0) for r in records for key in PHASE_SECONDS)),
+    )
+
+
+def cell_table(study: Study, workdir: pathlib.Path) -> list[str]:
+    """Markdown lines: one row per cell that has logged an update (finished or still running)."""
+    metric = study.report.get("metric", "episode_return")
+    lines = ["| cell | status | env steps | episodes | first success at env step | "
+             f"final {metric} | final success | time in updates |", "|" + "---|" * 8]
+    for cell in seed_major(grid(study), study.seeds):
+        row = summarise_cell(study, workdir, cell)
+        if row is None:
+            continue
+        status = "done" if row.finished else f"running ({row.env_steps:,} of {row.total_env_steps:,})"
+        first = "-" if math.isnan(row.first_success) else f"{row.first_success:,.0f}"
+        value = lambda x: "-" if math.isnan(x) else f"{x:.3f}"  # noqa: E731
+        lines.append(f"| {row.name} | {status} | {row.env_steps:,} | {row.episodes:,} | {first} | "
+                     f"{value(row.final_return)} | {value(row.final_success)} | {_format_seconds(row.seconds)} |")
+    return lines
 
 
 def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -811,7 +869,8 @@ def publish(study: Study, workdir: pathlib.Path, directory: pathlib.Path) -> pat
 def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
     """Writes `report.md`, `return.png`, `success.png` (and `heatmap.png`) into `workdir`."""
     results = aggregate(study, workdir)
-    if not any(r.seeds for r in results):
+    per_cell = cell_table(study, workdir)
+    if len(per_cell) == 2:
         raise StudyError(f"no cell of study {study.name!r} in {workdir} has logged an update yet")
     report = study.report
     metric = report.get("metric", "episode_return")
@@ -830,7 +889,7 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
              f"Base config `{os.path.relpath(study.base_config, REPO)}`; fixed: "
              + (", ".join(f"`{k}={v}`" for k, v in study.fixed.items()) or "none") + ".",
              f"Final = mean over the updates in the last {fraction:.0%} of env steps, then mean ± sample std "
-             f"over seeds.", "",
+             f"over the finished seeds.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in results:
         row = [r.label, str(len(r.seeds)), _fmt(*r.final_return), _fmt(*r.final_success)]
@@ -841,6 +900,8 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
             row.append(f"{len(reached)}/{len(r.threshold_steps)} reached" +
                        (f"; mean {np.mean(reached):,.0f}" if reached else ""))
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Per cell (finished and running; the group rows above count finished cells only; time in updates "
+              "excludes start-up and compilation):", ""] + per_cell
     lines += ["", "![return](return.png)", "", "![success](success.png)"]
     if report.get("heatmap"):
         lines += ["", "![heatmap](heatmap.png)"]

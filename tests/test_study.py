@@ -255,3 +255,41 @@ def test_a_study_workdir_is_recognised_from_another_checkout_but_not_as_another_
     assert not study.recorded_in({"identity": {"name": study.name, "base_config": "/old/clone/configs/synthetic.py"}})
     assert not study.recorded_in({"identity": {"name": study.name, "base_config": "/old/clone/xconfigs/toy.py"}})
     assert not study.recorded_in(None)
+
+
+def _fake_cell(workdir: pathlib.Path, name: str, records: list[dict], status: str) -> None:
+    cell_dir = workdir / "cells" / name
+    cell_dir.mkdir(parents=True)
+    (cell_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (cell_dir / "cell.json").write_text(json.dumps({"status": status}))
+
+
+def test_the_report_counts_finished_cells_and_lists_running_ones_with_their_time(tmp_path):
+    """Group rows use finished cells only; the per-cell table shows every cell with its first success
+    and the summed per-update seconds (a cell resumed across sessions keeps all its time)."""
+    study = study_lib.load_study(write_study(tmp_path, updates=4, seeds=(0,)))  # 64 env steps per cell
+    workdir = tmp_path / "runs"
+    rng = np.random.default_rng(0)
+
+    def records(updates, succeed_from):
+        out = []
+        for u in range(1, updates + 1):
+            out.append({"update": u, "env_steps": 16 * u, "episodes": 2 * u,
+                        "episode_return": float(rng.uniform()), "success_rate": 0.5 if u >= succeed_from else 0.0,
+                        **{key: float(rng.uniform(1, 10)) for key in study_lib.PHASE_SECONDS}})
+        return out
+
+    poad, ntpo = records(4, succeed_from=3), records(2, succeed_from=2)
+    _fake_cell(workdir, "POAD__seed=0", poad, "done")
+    _fake_cell(workdir, "NTPO__seed=0", ntpo, "running")  # interrupted at 32 of 64 env steps
+    study_lib.write_report(study, workdir)
+    text = (workdir / "report.md").read_text()
+    rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in text.splitlines())
+            if c and c[0] in ("POAD", "NTPO", "POAD__seed=0", "NTPO__seed=0")}
+    assert rows["POAD"][1] == "1" and rows["NTPO"][1] == "0" and rows["NTPO"][2] == "-"
+    assert rows["POAD__seed=0"][1] == "done" and rows["NTPO__seed=0"][1] == "running (32 of 64)"
+    assert rows["POAD__seed=0"][4] == "48" and rows["NTPO__seed=0"][4] == "32"  # first update with a success
+    for name, recs in (("POAD__seed=0", poad), ("NTPO__seed=0", ntpo)):
+        total = sum(r[key] for r in recs for key in study_lib.PHASE_SECONDS)
+        assert rows[name][7] == study_lib._format_seconds(total)
+        assert rows[name][3] == str(recs[-1]["episodes"])
