@@ -691,8 +691,10 @@ def cell_table(study: Study, workdir: pathlib.Path) -> list[str]:
         status = "done" if row.finished else f"running ({row.env_steps:,} of {row.total_env_steps:,})"
         first = "-" if math.isnan(row.first_success) else f"{row.first_success:,.0f}"
         value = lambda x: "-" if math.isnan(x) else f"{x:.3f}"  # noqa: E731
+        so_far = "" if row.finished else " (so far)"
         lines.append(f"| {row.name} | {status} | {row.env_steps:,} | {row.episodes:,} | {first} | "
-                     f"{value(row.final_return)} | {value(row.final_success)} | {_format_seconds(row.seconds)} |")
+                     f"{value(row.final_return)}{so_far} | {value(row.final_success)}{so_far} | "
+                     f"{_format_seconds(row.seconds)} |")
     return lines
 
 

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Copies the paper-task studies' small per-cell files (metrics.jsonl, config.json,
+# cell.json, finished.json) and each study.json into docs/results/raw/, so the
+# numbers in docs/results.md survive a lost machine. Checkpoints are not copied.
+#   bash scripts/snapshot_studies.sh [RUNS_DIR]   (default: runs/studies)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs="${1:-runs/studies}"
+[ -d "$runs" ] || { echo "error: no study directory $runs" >&2; exit 2; }
+for study_dir in "$runs"/*/; do
+  study=$(basename "$study_dir")
+  [ -f "$study_dir/study.json" ] || continue
+  mkdir -p "docs/results/raw/$study"
+  cp "$study_dir/study.json" "docs/results/raw/$study/"
+  for cell_dir in "$study_dir"cells/*/; do
+    [ -f "$cell_dir/metrics.jsonl" ] || continue
+    target="docs/results/raw/$study/$(basename "$cell_dir")"
+    mkdir -p "$target"
+    for name in metrics.jsonl config.json cell.json finished.json; do
+      [ -f "$cell_dir/$name" ] && cp "$cell_dir/$name" "$target/"
+    done
+  done
+  echo "$study: $(ls -d "docs/results/raw/$study"/*/ 2>/dev/null | wc -l) cells copied"
+done
