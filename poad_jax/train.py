@@ -364,18 +364,19 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
     del model, head
 
     rconfig = rollout_config(config, tuple(tokenizer.eos_token_ids))
-    sampler = Sampler(merged_actor(graph, frozen, params))
-    collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
     if mesh is None:  # one device: no sharding call anywhere
         update_fn, update_compiles = make_update_fn(graph, method, lconfig)
         state = init_train_state(params, lconfig, jax.random.key(int(config.seed)))
-    else:  # the training layout of docs/distributed.md; the sampler follows its inputs
+    else:  # the training layout of docs/distributed.md
         if show_progress:
             sizes = " x ".join(f"{axis} {size}" for axis, size in mesh.shape.items())
             print(f"mesh: {sizes} over {mesh.devices.size} {mesh.devices.flat[0].platform} devices")
         frozen, params = distributed.shard_policy(frozen, params, mesh)
         update_fn, update_compiles = distributed.make_sharded_update_fn(graph, method, lconfig, mesh)
         state = distributed.init_sharded_train_state(params, lconfig, jax.random.key(int(config.seed)), mesh)
+    # On a mesh: rows over the data axes, the base in its sampling layout (a copy only where it differs).
+    sampler = Sampler(merged_actor(graph, frozen, params), mesh=mesh)
+    collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
     target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
 
     checkpointer = checkpoint_lib.RunCheckpointer(workdir, int(config.keep_checkpoints))

@@ -1,5 +1,5 @@
-"""poad_jax on many devices: meshes, partition rules as data, and the
-sharded learner update (docs/distributed.md).
+"""poad_jax on many devices: meshes, partition rules as data, the
+sharded learner update and the sampler's layout (docs/distributed.md).
 
 With the default config block `mesh` (data = fsdp = tensor = 1)
 `mesh_from_config` returns None and no sharding call is made anywhere.
@@ -27,6 +27,12 @@ from poad_jax.distributed.sharding import (  # noqa: F401
     spec_for,
     train_rules,
     tree_shardings,
+)
+from poad_jax.distributed.sampling_layout import (  # noqa: F401
+    CARRY_RULES,
+    UNSTACKED_SAMPLE_RULES,
+    SamplingLayout,
+    padded_rows,
 )
 from poad_jax.distributed.update import (  # noqa: F401
     init_sharded_train_state,

@@ -227,7 +227,7 @@ class UnstackedWeights(NamedTuple):
     head: jax.Array
 
 
-def unstack_weights(model) -> UnstackedWeights:
+def unstack_weights(model, split=None) -> UnstackedWeights:
     """Per-layer copies of a `Llama`'s stacked base weight matrices, and the
     output layer as `[H, V]` (for `Llama.__call__(unstacked=)`).
 
@@ -237,8 +237,20 @@ def unstack_weights(model) -> UnstackedWeights:
     transposes a tied embedding for the output layer on every call).  Costs
     one copy of the decoder's weight matrices (and of a tied embedding);
     norms, biases and LoRA stay stacked (small, and LoRA changes).
+
+    `split(split_layers, stacked, head)` runs the copy (default: eagerly);
+    on a mesh it is a jit that lays the copies out
+    (`distributed.sampling_layout.SamplingLayout.unstack`).
     """
     stacked = {name: w[...] for name, w in model.layers.weights.items()}
-    layers = tuple({name: w[i] for name, w in stacked.items()} for i in range(model.config.num_hidden_layers))
-    head = model.lm_head[...] if model.lm_head is not None else jnp.transpose(model.embed[...])
-    return UnstackedWeights(layers, head)
+    head = model.lm_head[...] if model.lm_head is not None else model.embed[...]
+    if split is None:
+        return split_layers(stacked, head, tied=model.lm_head is None)
+    return split(functools.partial(split_layers, tied=model.lm_head is None), stacked, head)
+
+
+def split_layers(stacked: dict[str, jax.Array], head: jax.Array, tied: bool) -> UnstackedWeights:
+    """`UnstackedWeights` of stacked matrices `[L, in, out]` (layer i: `w[i]`)
+    and the output layer (`[H, V]`, or a tied embedding `[V, H]`, transposed)."""
+    layers = tuple({name: w[i] for name, w in stacked.items()} for i in range(len(next(iter(stacked.values())))))
+    return UnstackedWeights(layers, jnp.transpose(head) if tied else head)

@@ -5,7 +5,8 @@
   (`FreeSampling` or trie-constrained `TrieSampling`).
 - `scoring`: TWOSOME action scoring (each prompt encoded once).
 - `sampler`: `Sampler`, which holds the split model (`set_lora` for new
-  adapters), buckets shapes and runs the jitted functions.
+  adapters), buckets shapes and runs the jitted functions; `mesh=` runs it
+  on a device mesh (`poad_jax.distributed.sampling_layout`).
 
 The trie of valid actions is `poad_jax.layout`'s (shared with batch packing).
 """

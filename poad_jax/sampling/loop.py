@@ -71,25 +71,38 @@ class FreeSampling:
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["edge_token", "edge_child", "edge_valid"],
-                   meta_fields=["temperature"])
+                   meta_fields=["temperature", "row_local"])
 @dataclasses.dataclass(frozen=True)
 class TrieSampling:
     """Only the tokens on the row's trie edges (`layout.build_action_tries`),
     from softmax(logits[allowed] / T) (`kernels.sample_allowed`); a row ends
-    at a node with no edge (a complete action)."""
+    at a node with no edge (a complete action).
+
+    `row_local` (set on a mesh): read each row's node with a per-row gather
+    (`take_along_axis`), which the partitioner keeps on the device holding
+    the row; the default `table[arange(B), node]` gathers over (row, node)
+    pairs, which on a mesh becomes a gather of other devices' rows every
+    token.  Same values either way."""
 
     edge_token: jax.Array  # [B, N, K]
     edge_child: jax.Array
     edge_valid: jax.Array
     temperature: float
+    row_local: bool = False
 
     def __call__(self, logits, keys, node):
         rows = jnp.arange(node.shape[0])
-        allowed, children, valid = self.edge_token[rows, node], self.edge_child[rows, node], self.edge_valid[rows, node]
+
+        def at(table, node):  # table[b, node[b]] for every row b: [B, K]
+            if self.row_local:
+                return jnp.take_along_axis(table, node[:, None, None], axis=1)[:, 0]
+            return table[rows, node]
+
+        allowed, children, valid = at(self.edge_token, node), at(self.edge_child, node), at(self.edge_valid, node)
         choice, logprobs = sample_allowed(logits, allowed, valid, keys, self.temperature)
         tokens = jnp.take_along_axis(allowed, choice[:, None], axis=-1)[:, 0]
         child = jnp.take_along_axis(children, choice[:, None], axis=-1)[:, 0]
-        return tokens, logprobs, child, ~jnp.any(self.edge_valid[rows, child], axis=-1)
+        return tokens, logprobs, child, ~jnp.any(at(self.edge_valid, child), axis=-1)
 
 
 # ---------------------------------------------------------------------------
@@ -110,11 +123,16 @@ def left_pad(prompts: Sequence[Sequence[int]], batch: int, length: int) -> tuple
     return tokens, mask
 
 
-def prefill(model, unstacked, tokens, mask, n_rows, cache_length: int, cache_dtype, buffer_length: int) -> DecodeCarry:
+def prefill(model, unstacked, tokens, mask, n_rows, cache_length: int, cache_dtype, buffer_length: int,
+            constrain=None) -> DecodeCarry:
     """Runs the left-padded prompts `[B, P]`, all but the last slot, into a
     fresh cache (`empty_cache`: attention over the prompt's own keys); the last
     prompt token becomes the pending token.  Rows >= n_rows are dummies
-    (batch bucket padding): they start done."""
+    (batch bucket padding): they start done.
+
+    `constrain(carry) -> carry` pins the result's shardings on a mesh
+    (`SamplingLayout.constrain_carry`; the partitioner propagates them back
+    to the empty cache); None (one device) adds nothing to the program."""
     batch, length = tokens.shape
     cache = init_cache(model.config, batch, cache_length, cache_dtype)
     key_mask = jnp.concatenate([mask, jnp.ones((batch, cache_length - length), bool)], axis=1)
@@ -123,7 +141,7 @@ def prefill(model, unstacked, tokens, mask, n_rows, cache_length: int, cache_dty
         out = model(tokens[:, :-1], positions[:, :-1], key_mask, cache, return_logits=False, unstacked=unstacked,
                     empty_cache=True)
         cache = out.cache
-    return DecodeCarry(
+    carry = DecodeCarry(
         cache=cache,
         key_mask=key_mask,
         pending=tokens[:, -1],
@@ -134,17 +152,25 @@ def prefill(model, unstacked, tokens, mask, n_rows, cache_length: int, cache_dty
         step=jnp.zeros((), jnp.int32),
         node=jnp.zeros((batch,), jnp.int32),
     )
+    return carry if constrain is None else constrain(carry)
 
 
-def decode_loop(model, unstacked, carry: DecodeCarry, rng: jax.Array, rule) -> DecodeCarry:
+def decode_loop(model, unstacked, carry: DecodeCarry, rng: jax.Array, rule, constrain=None) -> DecodeCarry:
     """Draws tokens with `rule` until the buffer is full or every row is done.
 
     Each step feeds the pending token of every row (finished ones too:
     skipping them with `lax.cond` made XLA copy the whole KV cache every
     step), draws the next token with per-row keys (`kernels.row_keys`), and
     writes it; a finished row writes token 0 with log-prob 0.
+
+    `constrain` (on a mesh, `SamplingLayout.constrain_carry`) pins the
+    carry's shardings at the loop's entry and after every step, so the
+    partitioner keeps the KV cache where its rows live (an unpinned carry
+    may be re-laid out, i.e. copied, every token).  None adds nothing.
     """
     batch, buffer_length = carry.tokens.shape
+    if constrain is not None:
+        carry = constrain(carry)
 
     def cond(c):
         return (c.step < buffer_length) & ~jnp.all(c.done)
@@ -154,7 +180,7 @@ def decode_loop(model, unstacked, carry: DecodeCarry, rng: jax.Array, rule) -> D
         tokens, logprobs, node, ends = rule(out.logits[:, 0], row_keys(rng, batch, c.step), c.node)
         live = ~c.done
         tokens = jnp.where(live, tokens, 0)
-        return c._replace(
+        c = c._replace(
             cache=out.cache,
             pending=tokens,
             positions=c.positions + 1,
@@ -164,5 +190,6 @@ def decode_loop(model, unstacked, carry: DecodeCarry, rng: jax.Array, rule) -> D
             done=c.done | (live & ends),
             step=c.step + 1,
         )
+        return c if constrain is None else constrain(c)
 
     return jax.lax.while_loop(cond, body, carry)

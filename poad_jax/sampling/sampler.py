@@ -8,6 +8,11 @@ jitted pure functions whose graph definition is fixed, so new weights never
 recompile.  Batch size and prompt length are rounded up to buckets (dummy
 rows, left padding), which bounds the number of compilations;
 `compile_count` counts them (one per trace of a jitted function).
+
+On a device mesh (`Sampler(model, mesh=mesh)`) rows are split over the data
+axes and the base is held in its sampling layout
+(`poad_jax.distributed.sampling_layout`); without one nothing here makes a
+sharding call and the compiled programs are those of one device.
 """
 
 from __future__ import annotations
@@ -121,6 +126,16 @@ class Sampler:
     `cache_dtype`: the KV cache's dtype; by default the model's dtype, or
     bfloat16 when its matmuls take bfloat16 operands (attention rounds keys
     and values to bfloat16 anyway, so the cache changes no result).
+
+    `mesh` (a `('data', 'fsdp', 'tensor')` mesh, `distributed.make_mesh`):
+    every call's rows are split over `('data', 'fsdp')`, the batch padded
+    with dummy rows to a multiple of data x fsdp; the frozen base and its
+    per-layer copies are laid out once, here, by the sampling rules
+    (replicated over data and fsdp, split over tensor), LoRA and the rest
+    replicated; the decode loop pins the KV cache to its rows.  Results do
+    not depend on the mesh beyond float rounding (per-row RNG keys).  None:
+    one device, today's programs.  A `distributed.SamplingLayout` instead
+    of a mesh sets other rules.
     """
 
     def __init__(
@@ -131,6 +146,7 @@ class Sampler:
         prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
         cache_dtype=None,
         unstack_layers: bool = True,
+        mesh=None,
     ):
         for name, buckets in (("batch_buckets", batch_buckets), ("prompt_buckets", prompt_buckets)):
             if not buckets or any(int(b) < 1 for b in buckets):
@@ -142,10 +158,21 @@ class Sampler:
         self.cache_dtype = jnp.dtype(cache_dtype)
         self.vocab_size = model.config.vocab_size
         self.compile_count = 0
+        self.layout = None
         graphdef, *state = nnx.split(model, base_filter(), nnx.LoRAParam, ...)
         # Own Variable objects (same arrays): later in-place edits of `model` do not leak in.
         self._base, self._lora, self._rest = jax.tree.map(lambda x: x, state)
-        self.unstacked = unstack_weights(model) if unstack_layers else None
+        if mesh is None:
+            self.unstacked = unstack_weights(model) if unstack_layers else None
+        else:  # the sampling layout, made once (only LoRA moves afterwards: set_lora)
+            from poad_jax.distributed.sampling_layout import SamplingLayout
+
+            self.layout = mesh if isinstance(mesh, SamplingLayout) else SamplingLayout(mesh)
+            self._base = self.layout.place_base(self._base)
+            self._lora, self._rest = self.layout.place_replicated((self._lora, self._rest))
+            placed = nnx.merge(graphdef, self._base, self._lora, self._rest)
+            self.unstacked = unstack_weights(placed, split=self.layout.unstack) if unstack_layers else None
+        constrain = None if self.layout is None else self.layout.constrain_carry
 
         def merged(base, lora, rest):
             self.compile_count += 1  # runs once per trace, i.e. per compilation
@@ -153,10 +180,11 @@ class Sampler:
 
         def start(base, lora, rest, unstacked, tokens, mask, n_rows, cache_length, buffer_length):
             model = merged(base, lora, rest)
-            return prefill(model, unstacked, tokens, mask, n_rows, cache_length, self.cache_dtype, buffer_length)
+            return prefill(model, unstacked, tokens, mask, n_rows, cache_length, self.cache_dtype, buffer_length,
+                           constrain)
 
         def decode(base, lora, rest, unstacked, carry, rng, rule):
-            return decode_loop(merged(base, lora, rest), unstacked, carry, rng, rule)
+            return decode_loop(merged(base, lora, rest), unstacked, carry, rng, rule, constrain)
 
         def score(base, lora, rest, unstacked, *arrays):
             return score_candidates(merged(base, lora, rest), unstacked, *arrays)
@@ -171,16 +199,31 @@ class Sampler:
         if jax.tree.structure(lora) != jax.tree.structure(self._lora):
             raise ValueError("set_lora: the LoRA state's structure differs from the sampler model's")
         self._lora = jax.tree.map(lambda x: x, lora)
+        if self.layout is not None:  # replicated (a no-op for LoRA the learner keeps replicated)
+            self._lora = self.layout.place_replicated(self._lora)
 
     def _weights(self):
         return self._base, self._lora, self._rest, self.unstacked
 
+    def _batch(self, rows: int) -> int:
+        """Rows a call runs with: the batch bucket of `rows`, on a mesh padded
+        with dummy rows to a multiple of data x fsdp."""
+        batch = bucket_size(rows, self.batch_buckets)
+        return batch if self.layout is None else self.layout.rows(batch)
+
+    def _rows(self, array: np.ndarray) -> jax.Array:
+        """A host array `[B, ...]` on the device, or on a mesh split by rows."""
+        return jnp.asarray(array) if self.layout is None else self.layout.put_rows(array)
+
+    def _key(self, rng: jax.Array) -> jax.Array:
+        return rng if self.layout is None else self.layout.place_replicated(rng)
+
     def _start(self, prompts, buffer_length: int):
         """Buckets and prefills; returns the decode carry."""
-        batch = bucket_size(len(prompts), self.batch_buckets)
+        batch = self._batch(len(prompts))
         length = bucket_size(max(len(p) for p in prompts), self.prompt_buckets)
         tokens, mask = left_pad(prompts, batch, length)
-        return self._prefill(*self._weights(), jnp.asarray(tokens), jnp.asarray(mask), jnp.int32(len(prompts)),
+        return self._prefill(*self._weights(), self._rows(tokens), self._rows(mask), jnp.int32(len(prompts)),
                              length + buffer_length, buffer_length)
 
     def generate(self, prompts: Sequence[Sequence[int]], rng: jax.Array, config: SamplingConfig,
@@ -192,7 +235,7 @@ class Sampler:
             stop_ids = tuple(int(t) for t in getattr(tokenizer, "eos_token_ids", ()))
         stop_ids = tuple(sorted(set(stop_ids)))
         rule = FreeSampling(float(config.temperature), int(config.top_k), float(config.top_p), stop_ids)
-        carry = self._decode(*self._weights(), self._start(prompts, config.max_new_tokens), rng, rule)
+        carry = self._decode(*self._weights(), self._start(prompts, config.max_new_tokens), self._key(rng), rule)
         tokens, logprobs, n_written = np.asarray(carry.tokens), np.asarray(carry.logprobs), int(carry.step)
         out_tokens, out_logprobs, reasons = [], [], []
         for b in range(len(prompts)):
@@ -233,11 +276,11 @@ class Sampler:
                     raise ValueError(f"row {b}: candidate actions must be token ids, not text")
                 if any(not 0 <= int(t) < self.vocab_size for t in action):
                     raise ValueError(f"row {b}: a candidate action has a token id outside [0, {self.vocab_size})")
-        trie = build_action_tries(candidates, bucket_size(len(prompts), self.batch_buckets), end_token_id)
-        edges = (jnp.asarray(a) for a in (trie.edge_token, trie.edge_child, trie.edge_valid))
-        rule = TrieSampling(*edges, float(temperature))
+        trie = build_action_tries(candidates, self._batch(len(prompts)), end_token_id)
+        edges = (self._rows(a) for a in (trie.edge_token, trie.edge_child, trie.edge_valid))
+        rule = TrieSampling(*edges, float(temperature), row_local=self.layout is not None)
         carry = self._start(prompts, next_power_of_two(trie.max_depth, 8))
-        carry = self._decode(*self._weights(), carry, rng, rule)
+        carry = self._decode(*self._weights(), carry, self._key(rng), rule)
         tokens, logprobs, nodes = np.asarray(carry.tokens), np.asarray(carry.logprobs), np.asarray(carry.node)
         out_tokens, out_logprobs, index = [], [], []
         for b in range(len(prompts)):
@@ -283,12 +326,12 @@ class Sampler:
             normalizers.append(action_normalizers(row, None if action_texts is None else action_texts[b],
                                                   normalization))
             rows.append(row)
-        batch = bucket_size(len(prompts), self.batch_buckets)
+        batch = self._batch(len(prompts))
         prompt_tokens, prompt_mask = left_pad(prompts, batch, bucket_size(max(map(len, prompts)), self.prompt_buckets))
         packed = pack_candidates(rows, normalizers, batch, bucket_size(max(map(len, rows)), self.batch_buckets),
                                  bucket_size(max(len(a) for r in rows for a in r), ACTION_BUCKETS))
         sums, normalized, log_pi = self._score(
-            *self._weights(), jnp.asarray(prompt_tokens), jnp.asarray(prompt_mask), *map(jnp.asarray, packed))
+            *self._weights(), self._rows(prompt_tokens), self._rows(prompt_mask), *map(self._rows, packed))
         sums, normalized, probs = np.asarray(sums), np.asarray(normalized), np.exp(np.asarray(log_pi))
         out = []
         for b, row in enumerate(rows):
