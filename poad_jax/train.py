@@ -444,6 +444,9 @@ def device_mesh(config: ml_collections.ConfigDict):
 
 
 def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_progress, max_updates) -> RunResult:
+    count, index = jax.process_count(), jax.process_index()
+    primary = index == 0  # over several processes, process 0 alone prints and writes the run's files
+    show_progress = show_progress and primary
     head = ValueHead(model.config.hidden_size, tuple(config.critic.hidden_sizes), rngs=nnx.Rngs(int(config.seed) + 1))
     graph, frozen, params = split_policy(model, head)
     if config.critic.kind == "lora":
@@ -453,13 +456,6 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
     rconfig = rollout_config(config, tuple(tokenizer.eos_token_ids))
     sampler = Sampler(merged_actor(graph, frozen, params))
     collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
-    count, index = jax.process_count(), jax.process_index()
-    primary = index == 0
-    show_progress = show_progress and primary
-    first_thread = index * envs.num_envs
-    if count > 1:  # this process steps threads first_thread ... of the run's, with its own NumPy stream
-        collector.take_thread_block(first_thread, int(config.num_threads),
-                                    hosts.numpy_seed(int(config.seed), index, count))
     if mesh is None:  # one device: no sharding call anywhere
         update_fn, update_compiles = make_update_fn(graph, method, lconfig)
         state = init_train_state(params, lconfig, jax.random.key(int(config.seed)))
@@ -474,6 +470,10 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
         update_fn, update_compiles = distributed.make_sharded_update_fn(graph, method, lconfig, mesh)
         state = distributed.init_sharded_train_state(params, lconfig, jax.random.key(int(config.seed)), mesh)
     target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
+    first_thread = index * envs.num_envs
+    if count > 1:  # this process steps threads first_thread ... of the run's, with its own NumPy stream
+        collector.take_thread_block(first_thread, int(config.num_threads),
+                                    hosts.numpy_seed(int(config.seed), index, count))
 
     checkpointer = checkpoint_lib.RunCheckpointer(workdir, int(config.keep_checkpoints))
     logger = run_logging.MetricsLogger(workdir, tensorboard=bool(config.tensorboard) and primary, write=primary)
