@@ -50,26 +50,31 @@ def _meta(workdir: pathlib.Path, step: int) -> dict:
     return json.loads((workdir / "checkpoints" / str(step) / "meta" / "metadata").read_text())
 
 
-@pytest.fixture(scope="module")
-def two_process_run(tmp_path_factory):
-    """Both processes' (return code, output) and the run directory they share."""
-    workdir = tmp_path_factory.mktemp("multihost") / "run"
+def _two_processes(workdir: pathlib.Path, *overrides: str, mesh: str = "--config.mesh.data=-1"):
+    """Both processes' (return code, stdout, stderr) of the same command (one CPU device each)."""
     port = _free_port()
-    total = f"--config.total_env_steps={THREADS * STEPS * UPDATES}"
-    procs = [subprocess.Popen(_command(workdir, total, f"--config.distributed.coordinator=127.0.0.1:{port}",
-                                       "--config.distributed.num_processes=2",
-                                       f"--config.distributed.process_id={rank}"),
+    procs = [subprocess.Popen([arg for arg in _command(workdir, *overrides) if arg != "--config.mesh.data=-1"]
+                              + [mesh, f"--config.distributed.coordinator=127.0.0.1:{port}",
+                                 "--config.distributed.num_processes=2", f"--config.distributed.process_id={rank}"],
                               cwd=workdir.parent, env=_environment(ONE_DEVICE), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
+                              stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     outputs = []
     for proc in procs:
         try:
-            output, _ = proc.communicate(timeout=400)
+            out, err = proc.communicate(timeout=400)
         except subprocess.TimeoutExpired:
             proc.kill()
-            output, _ = proc.communicate()
-        outputs.append((proc.returncode, output))
-    return workdir, outputs
+            out, err = proc.communicate()
+        outputs.append((proc.returncode, out, err))
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory):
+    """Both processes' (return code, stdout + stderr) and the run directory they share."""
+    workdir = tmp_path_factory.mktemp("multihost") / "run"
+    outputs = _two_processes(workdir, f"--config.total_env_steps={THREADS * STEPS * UPDATES}")
+    return workdir, [(rc, out + err) for rc, out, err in outputs]
 
 
 def test_two_processes_train_and_only_process_zero_writes(two_process_run):
@@ -127,6 +132,16 @@ def test_the_checkpoint_of_two_processes_resumes_in_one(two_process_run, tmp_pat
     assert after[-1]["env_steps"] == THREADS * STEPS * (UPDATES + 1)
     assert after[-1]["episodes"] == before[-1]["episodes"] + THREADS * STEPS // 2  # the history carried over
     assert "hosts" not in _meta(workdir, UPDATES + 1)
+
+
+def test_two_processes_without_a_mesh_are_one_line_and_write_nothing(tmp_path):
+    workdir = tmp_path / "run"
+    for rc, out, err in _two_processes(workdir, mesh="--config.mesh.data=1"):
+        assert rc == 2 and "Traceback" not in err, err[-3000:]
+        assert err.strip().splitlines()[-1] == (
+            "error: 2 processes need a mesh over their devices: set mesh.data=-1 (data parallel over all 2 devices) "
+            "or another mesh")
+    assert not workdir.exists()
 
 
 # ---------------------------------------------------------------------------
