@@ -103,6 +103,11 @@ def _silence_abandoned_reads() -> None:
 class RunCheckpointer:
     """Saves and restores (train state, metadata) under `<workdir>/checkpoints`.
 
+    Over several processes every process makes one and calls `save` and
+    `restore` together (Orbax writes each process's shards and the JSON
+    metadata from process 0); only process 0 removes unfinished saves and
+    sets damaged checkpoints aside.
+
     `create=False` opens an existing run for reading only (export, evaluate):
     it creates no directory.
     """
@@ -111,7 +116,8 @@ class RunCheckpointer:
         self.workdir = pathlib.Path(workdir).resolve()
         self.directory = self.workdir / "checkpoints"
         self.writable = create
-        if create:
+        self.primary = jax.process_index() == 0  # over several processes, process 0 tidies the directory
+        if create and self.primary:
             remove_unfinished_saves(self.directory)
         self.manager = ocp.CheckpointManager(
             self.directory,
@@ -162,7 +168,7 @@ class RunCheckpointer:
             except Exception as error:  # any read failure means this checkpoint is damaged
                 reason = " ".join(str(error).split())[:160] or type(error).__name__
                 _silence_abandoned_reads()
-                moved = self._set_aside(step) if self.writable else None
+                moved = self._set_aside(step) if self.writable and self.primary else None
                 warn(f"warning: checkpoint {step} is damaged ({reason}); "
                      + (f"moved to {moved}; " if moved else "") + "trying the one before it")
                 continue

@@ -128,6 +128,11 @@ def default_config() -> ml_collections.ConfigDict:
     # split); one axis may be -1 (the devices the others leave).  All 1: one
     # device, no sharding call anywhere.
     config.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=1, tensor=1))
+    # Several processes (one per host; README "Several hosts"): coordinator ""
+    # (one process), "host:port" (process 0's address, with this process's
+    # num_processes and process_id), or "auto" (JAX detects SLURM, Open MPI,
+    # Kubernetes, Cloud TPU, or reads JAX_COORDINATOR_ADDRESS).
+    config.distributed = ml_collections.ConfigDict(dict(coordinator="", num_processes=1, process_id=0))
 
     config.checkpoint_every = 1  # updates between checkpoints
     config.keep_checkpoints = 2
@@ -213,6 +218,12 @@ def _environments() -> tuple[str, ...]:
     return tuple(envs_py.registry())
 
 
+def _is_address(value: str) -> bool:
+    """host:port with a port number (the host may be a name, IPv4 or [IPv6])."""
+    host, _, port = value.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
 CHECKS: tuple[Check | OneOf, ...] = (
     OneOf("method", _methods, noun="method"),
     OneOf("env.name", _environments, noun="environment"),
@@ -255,6 +266,11 @@ CHECKS: tuple[Check | OneOf, ...] = (
     at_least("critic.target_update_every", 0, "0 turns the target critic off"),
     *(Check(f"mesh.{axis}", lambda v: isinstance(v, int) and (v >= 1 or v == -1), "a positive integer or -1",
             "-1: the devices the other axes leave") for axis in ("data", "fsdp", "tensor")),
+    Check("distributed.coordinator", lambda v: isinstance(v, str) and (v in ("", "auto") or _is_address(v)),
+          "'', 'auto' or host:port", "process 0's address; '' runs one process"),
+    Check("distributed.num_processes", lambda v: isinstance(v, int) and v >= 1, "a positive integer"),
+    Check("distributed.process_id", lambda v: isinstance(v, int) and v >= 0, "a non-negative integer",
+          "0 for the process at the coordinator's address"),
     at_least("checkpoint_every", 1, "updates between checkpoints"),
     at_least("keep_checkpoints", 1, "a run without a checkpoint can be neither resumed nor exported"),
 )
@@ -326,12 +342,29 @@ def _check_together(config: ml_collections.ConfigDict) -> None:
         )
 
 
+def _check_processes(config: ml_collections.ConfigDict) -> None:
+    """A coordinator address names the run's processes: this one's id is below their count,
+    and without one (and without "auto") the run is one process."""
+    block = config.distributed
+    if block.coordinator not in ("", "auto") and block.process_id >= block.num_processes:
+        raise ConfigError(f"distributed.process_id ({block.process_id}) must be below distributed.num_processes "
+                          f"({block.num_processes}): processes are numbered from 0")
+    if block.coordinator == "" and block.num_processes > 1:
+        raise ConfigError(f"distributed.num_processes is {block.num_processes} but distributed.coordinator is "
+                          "empty: set it to process 0's host:port (or 'auto' on SLURM / Open MPI)")
+    if block.coordinator not in ("", "auto") and block.num_processes > 1 and \
+            config.num_threads % block.num_processes:
+        raise ConfigError(f"num_threads ({config.num_threads}) must be divisible by distributed.num_processes "
+                          f"({block.num_processes}): each process steps an equal share of the rollout threads")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """The one validation of a training config: every row of `CHECKS`, then the
     checks between fields.  Raises ConfigError with one line naming the field."""
     for check in CHECKS:
         check_field(config, check)
     _check_together(config)
+    _check_processes(config)
 
 
 # ---------------------------------------------------------------------------

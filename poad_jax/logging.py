@@ -47,13 +47,19 @@ def jsonable_record(record: dict[str, Any]) -> dict[str, Any]:
 
 
 class MetricsLogger:
-    """Appends per-update metrics to `metrics.jsonl` (and TensorBoard)."""
+    """Appends per-update metrics to `metrics.jsonl` (and TensorBoard).
 
-    def __init__(self, workdir: str | pathlib.Path, tensorboard: bool = True):
+    `write=False` (the processes other than 0 of a multi-process run) keeps
+    the same interface and writes nothing: `log` returns the record as it
+    would be stored, `truncate_after` reads the log without rewriting it.
+    """
+
+    def __init__(self, workdir: str | pathlib.Path, tensorboard: bool = True, write: bool = True):
         self.workdir = pathlib.Path(workdir)
         self.path = self.workdir / "metrics.jsonl"
+        self.write = write
         self.writer = None
-        if tensorboard:
+        if tensorboard and write:
             from tensorboardX import SummaryWriter
 
             self.writer = SummaryWriter(str(self.workdir / "tensorboard"))
@@ -69,6 +75,8 @@ class MetricsLogger:
     def replace(self, records: list[dict[str, Any]]) -> None:
         """Rewrites `metrics.jsonl` to hold exactly `records` (atomically: a kill
         leaves the old file or the new one)."""
+        if not self.write:
+            return
         temporary = self.path.with_name(self.path.name + ".tmp")
         with open(temporary, "w") as f:
             for record in records:
@@ -79,6 +87,8 @@ class MetricsLogger:
     def log(self, record: dict[str, Any]) -> dict[str, Any]:
         """Appends `record`; returns it as stored (JSON types, NaN as null)."""
         record = jsonable_record(record)
+        if not self.write:
+            return record
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()

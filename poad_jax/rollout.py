@@ -148,6 +148,40 @@ class EpisodeStats:
         self.running_return = [0.0] * len(self.running_return)
 
 
+def merge_episode_states(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run's episode history from its processes' `EpisodeStats.state_dict()`s.
+
+    Finished episodes are ordered by the env step they ended at (with env
+    step numbers of `RolloutCollector.take_thread_block`, the order one
+    process stepping every thread records them; a stable sort, so ties and
+    unknown steps keep process order); counters and failure counts are
+    summed; the best successful reward is the maximum.  One state comes back
+    as it is.
+    """
+    if len(states) == 1:
+        return states[0]
+    episodes = [(step, ret, ok) for state in states for step, ret, ok in zip(
+        state.get("finished_env_steps", [-1] * len(state.get("finished_returns", []))),
+        state.get("finished_returns", []), state.get("finished_success", []))]
+    episodes.sort(key=lambda episode: episode[0])
+    bests = [s["best_success_reward"] for s in states if s.get("best_success_reward") is not None]
+    kinds: dict[str, int] = {}
+    for state in states:
+        for kind, count in state.get("failure_kinds", {}).items():
+            kinds[kind] = kinds.get(kind, 0) + int(count)
+    return {
+        "finished_returns": [e[1] for e in episodes],
+        "finished_success": [e[2] for e in episodes],
+        "finished_env_steps": [e[0] for e in episodes],
+        "steps": sum(int(s.get("steps", 0)) for s in states),
+        "succeeded_steps": sum(int(s.get("succeeded_steps", 0)) for s in states),
+        "reward_sum": sum(float(s.get("reward_sum", 0.0)) for s in states),
+        "success_reward_sum": sum(float(s.get("success_reward_sum", 0.0)) for s in states),
+        "best_success_reward": max(bests) if bests else None,
+        "failure_kinds": kinds,
+    }
+
+
 def failure_kind(error: str) -> str:
     """The exception name an error message reports ("NameError", "TimeoutError"), else "other".
 
@@ -189,7 +223,12 @@ class PromptRenderer:
 
 
 class RolloutCollector:
-    """Steps N env threads with the current policy and packs TokenBatches."""
+    """Steps N env threads with the current policy and packs TokenBatches.
+
+    `env_steps` counts the run's env steps; step t of thread b is env step
+    t * N + b + 1.  In a run over several processes, `take_thread_block`
+    makes the collector one process's share of the run's threads.
+    """
 
     def __init__(
         self,
@@ -207,10 +246,27 @@ class RolloutCollector:
         self.config = config
         self.render = PromptRenderer(tokenizer, config)
         self.np_rng = np.random.default_rng(seed)
+        self.thread_offset = 0
+        self.total_threads = envs.num_envs
         self.observations: list[Observation] = envs.reset()
         self.stats = EpisodeStats(running_return=[0.0] * envs.num_envs)
         self.env_steps = 0
         self.timings = {"sampling": 0.0, "env": 0.0}
+
+    def take_thread_block(self, thread_offset: int, total_threads: int, seed) -> None:
+        """Makes this collector one process's block of a multi-process run's
+        threads: `envs` holds threads `thread_offset ... thread_offset +
+        envs.num_envs - 1` of `total_threads`.  `env_steps` then counts the
+        whole run's steps (every process steps its threads in lockstep with
+        the others) and env step numbers are those one process stepping all
+        threads would give (step t of thread g is t * total_threads + g + 1),
+        so the processes' episode records merge in that order.  `seed`: the
+        NumPy generator's new seed (e.g. (seed, process index))."""
+        if not 0 <= thread_offset <= total_threads - self.envs.num_envs:
+            raise ValueError(f"threads {thread_offset}..{thread_offset + self.envs.num_envs - 1} are not among "
+                             f"the run's {total_threads}")
+        self.thread_offset, self.total_threads = int(thread_offset), int(total_threads)
+        self.np_rng = np.random.default_rng(seed)
 
     # -- acting -------------------------------------------------------------
 
@@ -272,10 +328,11 @@ class RolloutCollector:
         weights (`Sampler.set_lora` after each update).
 
         After each vector step, `on_results(results, first_env_step)` sees the
-        env's StepResults (thread b's step is env step `first_env_step + b + 1`;
-        the trainer keeps the best program from them) and
-        `on_step(num_new_env_steps)` is called (progress bars).  Returns
-        records[t][b] and the prompts of each thread's next observation.
+        env's StepResults (local thread b's step is env step
+        `first_env_step + b + 1`; the trainer keeps the best program from
+        them) and `on_step(num_new_env_steps)` is called (progress bars; the
+        run's new steps, all processes').  Returns records[t][b] (b: this
+        process's threads) and the prompts of each thread's next observation.
         """
         steps = []
         for _ in range(self.config.rollout_length):
@@ -287,18 +344,18 @@ class RolloutCollector:
             start = time.perf_counter()
             results = self.envs.step([self._action_text(r) for r in records])
             self.timings["env"] += time.perf_counter() - start
+            first_step = self.env_steps + self.thread_offset
             for b, (record, result) in enumerate(zip(records, results)):
                 record.reward = float(result.reward)
                 record.done = bool(result.done)
-                self.stats.record_step(b, record.reward, record.done, result.info, self.env_steps + b + 1)
+                self.stats.record_step(b, record.reward, record.done, result.info, first_step + b + 1)
             self.observations = [result.observation for result in results]
-            first_step = self.env_steps
-            self.env_steps += len(records)
+            self.env_steps += self.total_threads
             steps.append(records)
             if on_results is not None:
                 on_results(results, first_step)
             if on_step is not None:
-                on_step(len(records))
+                on_step(self.total_threads)
         next_prompts = [self.render(obs) for obs in self.observations]
         return steps, next_prompts
 
@@ -330,6 +387,55 @@ def pack_batch(
     arrays.update(rewards=rewards, dones=dones)
     next_arrays = pack_rows(next_prompts, [[pad_id]] * num_threads, prompt_len, 1, pad_id)
     return arrays, next_arrays
+
+
+# Packed arrays padded with a constant (masks off) when a shared shape is
+# larger than this process's; every other array repeats its last entry along
+# a padded axis (TWOSOME's padding candidates repeat the last one, as
+# `ActionLevel.pack` makes them).
+_PAD_VALUES = {"allowed_tokens": 0, "allowed_mask": False, "candidate_mask": False, "normalizer": 1.0}
+
+
+def _pad_to(name: str, x: np.ndarray, shape) -> np.ndarray:
+    widths = [(0, int(t) - s) for s, t in zip(x.shape, shape)]
+    if not any(w for _, w in widths):
+        return x
+    if name in _PAD_VALUES:
+        return np.pad(x, widths, constant_values=_PAD_VALUES[name])
+    return np.pad(x, widths, mode="edge")
+
+
+def pack_batch_agreed(
+    steps: list[list[StepRecord]],
+    next_prompts: list[list[int]],
+    method: Method,
+    config: RolloutConfig,
+    pad_id: int,
+    agree,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """`pack_batch` with array shapes shared by every process of a run.
+
+    `agree(v)` is the elementwise maximum of an integer vector over the
+    processes (`distributed.hosts.agree_max`).  Each process packs its rows,
+    the processes agree on every array's shape (the maximum of their bucketed
+    sizes, which is what packing all rows in one process gives, buckets being
+    monotone), and a process whose prompt or action length falls short packs
+    again with the shared lengths as its only buckets; a smaller candidate
+    count (trie width, TWOSOME's candidates) is padded (`_PAD_VALUES`).
+    The rows are then exactly those one process packing every row makes.
+    """
+    arrays, next_arrays = pack_batch(steps, next_prompts, method, config, pad_id)
+    names = sorted(arrays)
+    ranks = [np.ndim(arrays[name]) for name in names]
+    shared = np.asarray(agree(np.concatenate([np.shape(arrays[name]) for name in names])))
+    shapes = dict(zip(names, np.split(shared, np.cumsum(ranks)[:-1])))
+    action_len = int(shapes["action_mask"][-1])
+    prompt_len = int(shapes["tokens"][-1]) - action_len
+    if (prompt_len, action_len) != (np.shape(arrays["tokens"])[-1] - np.shape(arrays["action_mask"])[-1],
+                                    np.shape(arrays["action_mask"])[-1]):
+        config = dataclasses.replace(config, prompt_buckets=(prompt_len,), action_buckets=(action_len,))
+        arrays, next_arrays = pack_batch(steps, next_prompts, method, config, pad_id)
+    return {name: _pad_to(name, arrays[name], shapes[name]) for name in names}, next_arrays
 
 
 @functools.partial(jax.jit, static_argnames=("graph", "method", "temperature", "critic_kind"))

@@ -18,6 +18,12 @@ change and are recorded in `config_changes.jsonl`.  Nothing is written to
 the run directory before the configuration, the directory, the model and
 the environment have been checked.  Every user mistake ends in one line on
 stderr and exit status 2; Ctrl-C ends in one line and status 130.
+
+Several processes (one per host, `config.distributed`; README "Several
+hosts"): every process runs this same loop and issues the same compiled
+calls; each steps its share of the threads (`distributed/hosts.py`), the
+batch is assembled from every process's rows, and process 0 alone writes
+the files above (Orbax checkpoints are saved and restored by all).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from poad_jax import best_program as best_lib
 from poad_jax import checkpoint as checkpoint_lib
 from poad_jax import config as config_lib
 from poad_jax import distributed
+from poad_jax.distributed import hosts
 from poad_jax import logging as run_logging
 from poad_jax.config import learner_config, load_config_file, rollout_config  # noqa: F401  (part of this module's API)
 from poad_jax.config import validate as validate_config
@@ -55,12 +62,15 @@ from poad_jax.methods import UnknownMethodError, make_method
 from poad_jax.models.llama import LoraConfig
 from poad_jax.policy import ValueHead, split_policy
 from poad_jax.rollout import (
+    EpisodeStats,
     RolloutCollector,
     behaviour_statistics,
     episode_summary,
     make_token_batch,
+    merge_episode_states,
     merged_actor,
     pack_batch,
+    pack_batch_agreed,
     step_summary,
 )
 from poad_jax.sampling import Sampler
@@ -82,7 +92,7 @@ TrainError = config_lib.ConfigError
 # Fields a re-run may change without changing what the checkpoints mean.
 # A dotted name covers its whole sub-tree ("mesh" covers "mesh.data", ...).
 SAFE_TO_CHANGE = ("total_env_steps", "checkpoint_every", "keep_checkpoints", "tensorboard", "plot", "name",
-                  "env.vector_mode", "remat", "mesh", "share_prompt")
+                  "env.vector_mode", "remat", "mesh", "share_prompt", "distributed")
 CONFIG_FILE = "config.json"
 CHANGES_FILE = "config_changes.jsonl"
 FINISHED_FILE = "finished.json"
@@ -241,11 +251,15 @@ def read_stored_config(workdir: pathlib.Path) -> dict[str, Any] | None:
         raise TrainError(f"{path} is unreadable ({best_lib.one_line(error)}); use a new --workdir") from None
 
 
-def build_envs(config: ml_collections.ConfigDict) -> envs_py.VectorEnv:
-    """The run's vector env; TrainError (one line) for anything the user can fix (kwargs, data files)."""
+def build_envs(config: ml_collections.ConfigDict, num_envs: int | None = None,
+               seed: int | None = None) -> envs_py.VectorEnv:
+    """The run's vector env (default: all `num_threads` threads, seeded by
+    `config.seed`; a process of a multi-process run builds its share);
+    TrainError (one line) for anything the user can fix (kwargs, data files)."""
     try:
         return envs_py.VectorEnv(
-            config.env.name, int(config.num_threads), seed=int(config.seed),
+            config.env.name, int(config.num_threads) if num_envs is None else int(num_envs),
+            seed=int(config.seed) if seed is None else int(seed),
             mode=str(config.env.vector_mode), **dict(config.env.kwargs),
         )
     except Exception as error:  # construction runs user-chosen kwargs and data files: say what failed
@@ -286,16 +300,68 @@ def clear_stale_outputs(workdir: pathlib.Path) -> None:
 
 
 def checkpoint_meta(update: int, collector: RolloutCollector, envs, rollout_rng, records) -> dict[str, Any]:
-    """Everything besides the train state that a resumed run needs, metric history included."""
-    return {
+    """Everything besides the train state that a resumed run needs, metric history included.
+
+    Over several processes (each calls this: it gathers) the record is the
+    whole run's: every thread's episode counter in thread order, the merged
+    episode history, and under `hosts` each process's own history and NumPy
+    generator (Orbax writes this JSON from process 0 only)."""
+    mine = {"episode_counters": envs.episode_counters, "episodes": collector.stats.state_dict(),
+            "numpy_rng": checkpoint_lib.numpy_rng_state(collector.np_rng)}
+    everyone = hosts.allgather_json(mine)
+    meta = {
         "update": update,
         "env_steps": collector.env_steps,
-        "episode_counters": envs.episode_counters,
-        "episodes": collector.stats.state_dict(),
-        "numpy_rng": checkpoint_lib.numpy_rng_state(collector.np_rng),
+        "episode_counters": [c for host in everyone for c in host["episode_counters"]],
+        "episodes": merge_episode_states([host["episodes"] for host in everyone]),
+        "numpy_rng": everyone[0]["numpy_rng"],
         "rollout_rng": np.asarray(jax.random.key_data(rollout_rng)).tolist(),
         "metrics": [run_logging.jsonable_record(r) for r in records],
     }
+    if len(everyone) > 1:
+        meta["hosts"] = [{"episodes": host["episodes"], "numpy_rng": host["numpy_rng"]} for host in everyone]
+    return meta
+
+
+def host_meta(meta: dict[str, Any], index: int, count: int, first_thread: int,
+              threads: int) -> tuple[list[int], dict[str, Any], dict[str, Any] | None]:
+    """(episode counters, episode history, NumPy generator state or None) of
+    process `index` of `count` from a checkpoint's meta record.
+
+    Under the layout that wrote it, each process takes its own.  When the
+    number of processes changed, each takes its threads' counters (the
+    envs resume their episode numbers; process seeds differ, so the
+    episodes themselves differ), process 0 takes the merged history and the
+    others none (the run's merged history stays the same), and NumPy
+    generators start afresh.
+    """
+    counters = list(meta["episode_counters"])[first_thread:first_thread + threads]
+    saved = meta.get("hosts")
+    if saved is not None and len(saved) == count:
+        return counters, saved[index]["episodes"], saved[index]["numpy_rng"]
+    if saved is None and count == 1:  # written by one process (the format before several processes)
+        return counters, meta.get("episodes", meta), meta["numpy_rng"]
+    return counters, meta["episodes"] if index == 0 else {}, None
+
+
+def run_stats(stats: EpisodeStats) -> EpisodeStats:
+    """The run's episode statistics: `stats` itself in one process; over
+    several, every process's merged (a collective: all processes call it)."""
+    if jax.process_count() == 1:
+        return stats
+    merged = EpisodeStats(running_return=[])
+    merged.load_state_dict(merge_episode_states(hosts.allgather_json(stats.state_dict())))
+    return merged
+
+
+class _NoBestProgram:
+    """The best-program keeper of a process other than 0: writes nothing."""
+
+    best = None
+
+    def offer(self, results, first_env_step: int, update: int) -> bool:
+        del results, first_env_step, update
+        return False
 
 
 def write_finished_marker(workdir: pathlib.Path, record: dict[str, Any], total: int) -> None:
@@ -314,6 +380,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     anything is written to `workdir`.
     """
     validate_config(config)
+    join_processes(config)  # before anything else touches JAX
     mesh = device_mesh(config)  # the devices fit the mesh, checked before anything is written
     workdir = pathlib.Path(workdir) if workdir else default_workdir(config)
     changes = prepare_workdir(workdir, config)
@@ -322,31 +389,51 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
                          share_prompt=bool(config.share_prompt))
     lconfig = learner_config(config)
     model, tokenizer = load_model(config)
-    envs = build_envs(config)
+    first_thread, threads = hosts.thread_share(int(config.num_threads), jax.process_index(), jax.process_count())
+    envs = build_envs(config, threads, hosts.env_seed(int(config.seed), jax.process_index()))
+    primary = hosts.is_primary()  # process 0 writes the run's files; every process saves checkpoints
     created = not workdir.exists()
     try:
         workdir.mkdir(parents=True, exist_ok=True)
         has_checkpoint = bool(checkpoint_lib.checkpoint_steps(workdir))
-        if not has_checkpoint:
+        if primary and not has_checkpoint:
             stored = read_stored_config(workdir)
             if stored is not None and config_differences(stored, config_as_json(config))[0]:
                 clear_stale_outputs(workdir)
-        write_config(workdir, config, changes)
+        if primary:
+            write_config(workdir, config, changes)
         return _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_progress, max_updates)
     except BaseException:
         # A start that failed (or was interrupted) before anything worth keeping leaves no directory.
-        if created and not checkpoint_lib.checkpoint_steps(workdir) and not (workdir / best_lib.RECORD_FILE).exists():
+        if primary and created and not checkpoint_lib.checkpoint_steps(workdir) \
+                and not (workdir / best_lib.RECORD_FILE).exists():
             shutil.rmtree(workdir, ignore_errors=True)
         raise
     finally:
         envs.close()
 
 
+def join_processes(config: ml_collections.ConfigDict) -> None:
+    """Joins a multi-process run (`config.distributed`; nothing for one
+    process); TrainError (one line) when it cannot."""
+    try:
+        hosts.initialize(config.distributed)
+    except Exception as error:  # unreachable coordinator, JAX already started, no cluster detected, ...
+        where = config.distributed.coordinator
+        raise TrainError(f"cannot join the run's processes (distributed.coordinator {where!r}): "
+                         f"{best_lib.one_line(error)}") from None
+
+
 def device_mesh(config: ml_collections.ConfigDict):
-    """The mesh `config.mesh` asks for over this process's view of the devices, or
-    None for one device; TrainError (one line) if the devices do not fit it."""
+    """The mesh `config.mesh` asks for over the run's devices (every
+    process's), or None for one device; TrainError (one line) if the devices
+    do not fit it, or, over several processes, if the threads or the mesh do
+    not split evenly between them."""
     try:
         mesh = distributed.mesh_from_config(config.mesh)
+        if jax.process_count() > 1:
+            hosts.thread_share(int(config.num_threads), 0, jax.process_count())
+            hosts.check_mesh(mesh)
     except ValueError as error:
         raise TrainError(str(error)) from None
     if mesh is not None:
@@ -357,6 +444,9 @@ def device_mesh(config: ml_collections.ConfigDict):
 
 
 def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_progress, max_updates) -> RunResult:
+    count, index = jax.process_count(), jax.process_index()
+    primary = index == 0  # over several processes, process 0 alone prints and writes the run's files
+    show_progress = show_progress and primary
     head = ValueHead(model.config.hidden_size, tuple(config.critic.hidden_sizes), rngs=nnx.Rngs(int(config.seed) + 1))
     graph, frozen, params = split_policy(model, head)
     if config.critic.kind == "lora":
@@ -370,7 +460,10 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
     else:  # the training layout of docs/distributed.md
         if show_progress:
             sizes = " x ".join(f"{axis} {size}" for axis, size in mesh.shape.items())
-            print(f"mesh: {sizes} over {mesh.devices.size} {mesh.devices.flat[0].platform} devices")
+            where = f" in {count} processes" if count > 1 else ""
+            print(f"mesh: {sizes} over {mesh.devices.size} {mesh.devices.flat[0].platform} devices{where}")
+        if count > 1:  # host values, identical in every process: each device takes its slice
+            frozen, params = jax.tree.map(np.asarray, (frozen, params))
         frozen, params = distributed.shard_policy(frozen, params, mesh)
         update_fn, update_compiles = distributed.make_sharded_update_fn(graph, method, lconfig, mesh)
         state = distributed.init_sharded_train_state(params, lconfig, jax.random.key(int(config.seed)), mesh)
@@ -378,10 +471,15 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
     sampler = Sampler(merged_actor(graph, frozen, params), mesh=mesh)
     collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
     target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
+    first_thread = index * envs.num_envs
+    if count > 1:  # this process steps threads first_thread ... of the run's, with its own NumPy stream
+        collector.take_thread_block(first_thread, int(config.num_threads),
+                                    hosts.numpy_seed(int(config.seed), index, count))
 
     checkpointer = checkpoint_lib.RunCheckpointer(workdir, int(config.keep_checkpoints))
-    logger = run_logging.MetricsLogger(workdir, tensorboard=bool(config.tensorboard))
-    keeper = best_lib.BestProgramKeeper(workdir, str(config.env.name), dict(config.env.kwargs))
+    logger = run_logging.MetricsLogger(workdir, tensorboard=bool(config.tensorboard) and primary, write=primary)
+    keeper = best_lib.BestProgramKeeper(workdir, str(config.env.name), dict(config.env.kwargs)) if primary \
+        else _NoBestProgram()
     records: list[dict[str, Any]] = []
     rollout_rng = jax.random.key(int(config.seed) + 1)
     total = int(config.total_env_steps)
@@ -393,10 +491,12 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
         else:
             state, meta, _ = restored
             collector.env_steps = int(meta["env_steps"])
-            collector.stats.load_state_dict(meta.get("episodes", meta))
-            checkpoint_lib.set_numpy_rng_state(collector.np_rng, meta["numpy_rng"])
+            counters, episodes, numpy_rng = host_meta(meta, index, count, first_thread, envs.num_envs)
+            collector.stats.load_state_dict(episodes)
+            if numpy_rng is not None:
+                checkpoint_lib.set_numpy_rng_state(collector.np_rng, numpy_rng)
             rollout_rng = jax.random.wrap_key_data(jnp.asarray(meta["rollout_rng"], jnp.uint32))
-            collector.observations = envs.reset(meta["episode_counters"])
+            collector.observations = envs.reset(counters)
             target_head = jax.tree.map(jnp.copy, state.params["head"])  # restarts from the current head
             if meta.get("metrics") is not None:  # the log agrees with the checkpoint, even if deleted
                 records = list(meta["metrics"])
@@ -405,8 +505,9 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
                 records = logger.truncate_after(int(meta["update"]))
             if show_progress:
                 print(f"resuming {workdir} from update {meta['update']} ({collector.env_steps} env steps)")
-        if collector.env_steps < total:
+        if collector.env_steps < total and primary:
             (workdir / FINISHED_FILE).unlink(missing_ok=True)
+        run_episodes = run_stats(collector.stats)  # the whole run's episodes (all processes')
 
         if show_progress:
             from tqdm import tqdm
@@ -417,24 +518,32 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
         updates_this_call = 0
         while collector.env_steps < total and (max_updates is None or updates_this_call < max_updates):
             before = dict(collector.timings)
-            episodes_before = len(collector.stats.finished_returns)
-            counters_before = collector.stats.counters()
+            episodes_before = len(run_episodes.finished_returns)
+            counters_before = run_episodes.counters()
             update_in_flight = int(state.update_step) + 1
             rollout_rng, collect_rng = jax.random.split(rollout_rng)
+            collect_rng = hosts.process_key(collect_rng, index, count)  # distinct sampling noise per process
 
-            def on_step(count):
+            def on_step(new_steps):
                 if progress is not None:
-                    progress.update(min(count, total - progress.n))
-                    progress.set_postfix(run_logging.progress_postfix(collector.stats.state_dict(), last_kl))
+                    progress.update(min(new_steps, total - progress.n))
+                    progress.set_postfix(run_logging.progress_postfix(run_episodes.state_dict(), last_kl))
 
             def on_results(results, first_env_step):
                 keeper.offer(results, first_env_step, update_in_flight)
 
-            sampler.set_lora(state.params["actor"])
+            sampler.set_lora(hosts.local_copy(state.params["actor"]))
             steps, next_prompts = collector.collect(collect_rng, on_step, on_results)
+            run_episodes = run_stats(collector.stats)
             start = time.perf_counter()
-            arrays, next_arrays = pack_batch(steps, next_prompts, method, rconfig, tokenizer.pad_token_id)
-            if mesh is not None:  # rows over the data axes, whole threads per device
+            if count > 1:  # shapes shared by all processes; each process's rows go to its own devices
+                arrays, next_arrays = pack_batch_agreed(steps, next_prompts, method, rconfig, tokenizer.pad_token_id,
+                                                        hosts.agree_max)
+                arrays, next_arrays = (hosts.global_rows(tree, mesh, distributed.batch_shardings)
+                                       for tree in (arrays, next_arrays))
+            else:
+                arrays, next_arrays = pack_batch(steps, next_prompts, method, rconfig, tokenizer.pad_token_id)
+            if mesh is not None and count == 1:  # rows over the data axes, whole threads per device
                 arrays, next_arrays = distributed.shard_batch(arrays, mesh), distributed.shard_batch(next_arrays, mesh)
             value_head = target_head if config.critic.target_update_every > 0 else state.params["head"]
             stats = behaviour_statistics(
@@ -446,7 +555,7 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
             behaviour_seconds = time.perf_counter() - start
             start = time.perf_counter()
             state, metrics = update_fn(state, frozen, batch)
-            metrics = jax.device_get(metrics)
+            metrics = jax.device_get(hosts.local_copy(metrics))
             learner_seconds = time.perf_counter() - start
             update = int(state.update_step)
             if config.critic.target_update_every > 0 and update % int(config.critic.target_update_every) == 0:
@@ -454,8 +563,8 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
             record = {
                 "update": update,
                 "env_steps": collector.env_steps,
-                **episode_summary(collector.stats, since=episodes_before),
-                **step_summary(collector.stats, counters_before),
+                **episode_summary(run_episodes, since=episodes_before),
+                **step_summary(run_episodes, counters_before),
                 **{k: float(v) for k, v in metrics.items()},
                 "batch_prompt_len": int(batch.prompt_len),
                 "batch_action_len": int(batch.action_len),
@@ -472,18 +581,18 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
             updates_this_call += 1
             if update % int(config.checkpoint_every) == 0 or collector.env_steps >= total:
                 checkpointer.save(update, state, checkpoint_meta(update, collector, envs, rollout_rng, records))
-            if collector.env_steps >= total:
+            if collector.env_steps >= total and primary:
                 write_finished_marker(workdir, records[-1], total)
             last_kl = record["approx_kl"]
             if progress is not None:
-                progress.set_postfix(run_logging.progress_postfix(collector.stats.state_dict(), last_kl))
+                progress.set_postfix(run_logging.progress_postfix(run_episodes.state_dict(), last_kl))
     finally:
         if progress is not None:
             progress.close()
         logger.close()
         checkpointer.close()
-    episodes = collector.stats.state_dict()
-    if config.plot and records:
+    episodes = run_episodes.state_dict()
+    if config.plot and records and primary:
         run_logging.plot_curves(records, workdir / "curves.png", episodes)
     finished = bool(records) and records[-1]["env_steps"] >= total
     return RunResult(workdir, records, state, episodes, keeper.best, finished)
@@ -584,9 +693,13 @@ def main(config: ml_collections.ConfigDict, workdir: pathlib.Path, compilation_c
         checkpoint_lib.remove_unfinished_saves(workdir / "checkpoints")
         print(f"\n{interrupted_line(workdir)}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print()
-    print(summary_text(config, result))
-    print(f"\nrun directory: {result.workdir}")
+    primary = hosts.is_primary()
+    if jax.process_count() > 1:
+        jax.distributed.shutdown()  # a barrier: no process leaves while another still needs it
+    if primary:
+        print()
+        print(summary_text(config, result))
+        print(f"\nrun directory: {result.workdir}")
     return 0
 
 
