@@ -467,8 +467,10 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
         frozen, params = distributed.shard_policy(frozen, params, mesh)
         update_fn, update_compiles = distributed.make_sharded_update_fn(graph, method, lconfig, mesh)
         state = distributed.init_sharded_train_state(params, lconfig, jax.random.key(int(config.seed)), mesh)
-    # On a mesh: rows over the data axes, the base in its sampling layout (a copy only where it differs).
-    sampler = Sampler(merged_actor(graph, frozen, params), mesh=mesh)
+    if count == 1:  # on a mesh: rows over the data axes, the base in its sampling layout (a copy only where it differs)
+        sampler = Sampler(merged_actor(graph, frozen, params), mesh=mesh)
+    else:  # several processes: each samples its own threads from a process-local copy
+        sampler = Sampler(merged_actor(graph, *hosts.local_copy((frozen, params))))
     collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
     target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
     first_thread = index * envs.num_envs
