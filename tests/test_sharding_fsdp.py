@@ -190,10 +190,38 @@ def test_first_ratio_is_one_when_behaviour_statistics_use_the_hook(fsdp_results)
 
 def test_hook_passes_arrays_it_cannot_split(fsdp_results):
     """`activation_constraint` leaves an array whose rows do not divide by
-    data x fsdp unconstrained (a jit would otherwise refuse it), and pins
-    one that divides."""
+    data x fsdp unconstrained (pinning it would replicate it: an all-gather
+    of activations), and pins one that divides."""
     summary, _ = fsdp_results
     assert summary["hook_on_odd_rows"] == {"rows_6": "unconstrained", "rows_16": "constrained"}
+
+
+def test_tensor_axis_must_divide_the_heads():
+    """`check_tensor_split`: one line naming the tensor size and both head
+    counts; None (one device) and sizes dividing both heads pass."""
+    from types import SimpleNamespace
+
+    from jax.sharding import AbstractMesh
+
+    from poad_jax.distributed.sharding import MESH_AXES, check_tensor_split
+
+    gqa = SimpleNamespace(num_attention_heads=32, num_key_value_heads=8)
+    check_tensor_split(gqa, None)
+    check_tensor_split(gqa, AbstractMesh((1, 1, 8), MESH_AXES))
+    with pytest.raises(ValueError, match=r"^mesh.tensor = 16 must divide the model's attention heads \(32\) and "
+                                         r"KV heads \(8\): tensor parallelism splits whole heads$"):
+        check_tensor_split(gqa, AbstractMesh((1, 1, 16), MESH_AXES))
+    with pytest.raises(ValueError, match=r"attention heads \(12\)"):
+        check_tensor_split(SimpleNamespace(num_attention_heads=12, num_key_value_heads=4),
+                           AbstractMesh((1, 1, 8), MESH_AXES))
+
+
+def test_sharded_update_refuses_a_tensor_axis_splitting_heads(fsdp_results):
+    """The sharded update of the tiny model (4 heads, 2 KV heads) on
+    (1,2,4) is refused with that line before anything compiles."""
+    summary, _ = fsdp_results
+    assert summary["tensor_error"] == ("mesh.tensor = 4 must divide the model's attention heads (4) and KV heads (2): "
+                                       "tensor parallelism splits whole heads")
 
 
 # ---------------------------------------------------------------------------
@@ -251,6 +279,14 @@ def _worker(out: pathlib.Path) -> None:
     audit("no_hook_float32", graph, frozen, params, False)
     audit("hook_bfloat16", *policy(jnp.bfloat16), True)
     audit("remat_none_float32", *policy(remat="none"), True)
+    try:
+        graph, frozen, params = policy()
+        state = jax.eval_shape(lambda p: init_train_state(p, config, jax.random.key(0)), params)
+        batch = abstract_token_batch(AUDIT_ROWS, AUDIT_THREADS, AUDIT_PROMPT, AUDIT_ACTION, HIDDEN)
+        dist.make_sharded_update_fn(graph, method, config, dist.make_mesh(1, 2, 4))[0].lower(state, frozen, batch)
+        summary["tensor_error"] = None
+    except ValueError as error:
+        summary["tensor_error"] = str(error)
     summary["micro_rows"] = AUDIT_ROWS // (config.num_minibatches * config.accumulation_steps)
     weights = set()
     for x in jax.tree.leaves(frozen.base):

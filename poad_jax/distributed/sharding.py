@@ -173,6 +173,18 @@ def mesh_from_config(block: Any, devices: Sequence[Any] | None = None) -> Mesh |
     return make_mesh(*shape, devices=devices)
 
 
+def check_tensor_split(model_config: Any, mesh: Mesh | None) -> None:
+    """Tensor parallelism splits attention by whole heads: `mesh.tensor` must
+    divide the model's query heads and its KV heads (ValueError, one line).
+    (A split inside a head would still compute correctly, through extra
+    resharding at every attention; it is refused as a mistake.)"""
+    tensor = 1 if mesh is None else int(dict(mesh.shape).get("tensor", 1))
+    heads, kv_heads = int(model_config.num_attention_heads), int(model_config.num_key_value_heads)
+    if heads % tensor or kv_heads % tensor:
+        raise ValueError(f"mesh.tensor = {tensor} must divide the model's attention heads ({heads}) and "
+                         f"KV heads ({kv_heads}): tensor parallelism splits whole heads")
+
+
 def batch_shards(mesh: Mesh | None) -> int:
     """How many pieces batch rows are split into: data * fsdp (1 without a mesh)."""
     if mesh is None:
@@ -268,8 +280,8 @@ def activation_constraint(mesh: Mesh, spec: P = ACTIVATION_SPEC):
     per-layer hook (`Llama.__call__(constrain=...)`, `PolicyGraph.constrain`).
 
     An array whose dimensions the spec's mesh axes do not all divide (a
-    micro-batch of fewer rows than data x fsdp) passes through unconstrained:
-    XLA then chooses, as without the hook.
+    micro-batch of fewer rows than data x fsdp) passes through unconstrained
+    (pinning it would replicate it): XLA then chooses, as without the hook.
     """
     sizes = dict(mesh.shape)
 

@@ -36,13 +36,14 @@ from poad_jax.distributed.sharding import (
     activation_constraint,
     batch_shardings,
     batch_shards,
+    check_tensor_split,
     replicated,
     train_rules,
     tree_shardings,
 )
 from poad_jax.learner import LearnerConfig, build_update, init_train_state
 from poad_jax.methods import Method
-from poad_jax.policy import FrozenBase, PolicyGraph
+from poad_jax.policy import FrozenBase, PolicyGraph, merge_model
 
 
 def constrained_graph(graph: PolicyGraph, mesh: Mesh) -> PolicyGraph:
@@ -97,13 +98,19 @@ def make_sharded_update_fn(
     compiled function is built once per argument structure; the returned
     count says how often the update was traced (one per batch shape).
     `constrain_activations=False` leaves the layers' activations to the
-    partitioner (`constrained_graph`; kept for the audit's tripwire).
+    partitioner (`constrained_graph`; kept for the audit's tripwire).  A
+    tensor axis that does not divide the model's heads is refused when the
+    update is first traced (`sharding.check_tensor_split`, one line).
     """
     rules = train_rules() if rules is None else rules
     if constrain_activations:
         graph = constrained_graph(graph, mesh)
-    update, compiles = build_update(graph, method, config, row_groups=batch_shards(mesh))
+    learner_update, compiles = build_update(graph, method, config, row_groups=batch_shards(mesh))
     built: dict[Any, tuple] = {}
+
+    def update(state, frozen, batch):  # the model's head counts are known once it is merged (at trace time)
+        check_tensor_split(merge_model(graph, frozen, state.params["actor"]).config, mesh)
+        return learner_update(state, frozen, batch)
 
     def shardings_and_fn(state, frozen, batch):
         key = jax.tree.structure((state, frozen, batch))
