@@ -23,9 +23,8 @@ the partitioner keeps the weights in place and moves activations instead.
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import dataclasses
+from typing import Any, Callable
 
 import jax
 import numpy as np
