@@ -20,7 +20,7 @@ V(o, w^{<j}) reads the hidden state at the same column.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import chex
 import jax
@@ -58,6 +58,11 @@ class PolicyGraph:
 
     model_graphdef: Any
     head_graphdef: Any
+    # Applied to the residual stream at the top of every decoder layer in the
+    # learner's and the behaviour statistics' forward passes (`Llama.__call__`'s
+    # `constrain`); None = no constraint.  A mesh sets it
+    # (`poad_jax.distributed.update.constrained_graph`): FSDP then gathers weights, not rows.
+    constrain: Callable[[jax.Array], jax.Array] | None = None
 
 
 @jax.tree_util.register_dataclass
@@ -139,7 +144,8 @@ def action_logprobs(
     num_rows, length = tokens.shape
     action_len = length - prompt_len
     model = merge_model(graph, frozen, actor_lora)
-    hidden = model(tokens, positions, key_mask, use_lora=True, return_logits=False).hidden
+    hidden = model(tokens, positions, key_mask, use_lora=True, return_logits=False,
+                   constrain=graph.constrain).hidden
     logits = model.logits(action_window(hidden, prompt_len, action_len)) / temperature
     logprobs, entropy = token_logprobs_and_entropy(logits, tokens[:, prompt_len:], allowed_tokens, allowed_mask)
     chex.assert_shape([logprobs, entropy], (num_rows, action_len))
@@ -164,7 +170,8 @@ def base_features(
     """
     action_len = tokens.shape[1] - prompt_len
     model = merge_model(graph, frozen, lora)
-    hidden = model(tokens, positions, key_mask, use_lora=use_lora, return_logits=False).hidden
+    hidden = model(tokens, positions, key_mask, use_lora=use_lora, return_logits=False,
+                   constrain=graph.constrain).hidden
     return action_window(hidden, prompt_len, action_len)
 
 
@@ -202,6 +209,7 @@ def shared_prompt_token_logprobs(
     *,
     use_lora: bool = True,
     unstacked=None,
+    constrain=None,
 ) -> jax.Array:
     """log p(action token j | prompt, action tokens < j) of K candidates per
     prompt, the prompt encoded once: `[N, K, A]` (padding columns hold
@@ -224,7 +232,7 @@ def shared_prompt_token_logprobs(
     visibility = shared_prompt_visibility(prompt_len, num_candidates, action_len)
     hidden = model(
         tokens, positions, key_mask, use_lora=use_lora, return_logits=False, unstacked=unstacked,
-        visibility=visibility,
+        visibility=visibility, constrain=constrain,
     ).hidden
     first = jax.nn.log_softmax(model.logits(hidden[:, prompt_len - 1], unstacked), axis=-1)  # [N, V]
     first = jnp.take_along_axis(first, actions[:, :, 0], axis=-1)  # [N, K]
@@ -267,6 +275,7 @@ def candidate_token_logprobs(
         model,
         tokens[:, 0, :prompt_len], positions[:, 0, :prompt_len], key_mask[:, 0, :prompt_len],
         tokens[:, :, prompt_len:], positions[:, :, prompt_len:], key_mask[:, :, prompt_len:],
+        constrain=graph.constrain,
     )
 
 

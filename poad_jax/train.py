@@ -465,6 +465,9 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
         if count > 1:  # host values, identical in every process: each device takes its slice
             frozen, params = jax.tree.map(np.asarray, (frozen, params))
         frozen, params = distributed.shard_policy(frozen, params, mesh)
+        # Behaviour statistics and the update both pin rows per layer (FSDP as ZeRO-3): the same
+        # sums on both sides, so the first PPO ratio is exactly 1 on an fsdp mesh too.
+        graph = distributed.constrained_graph(graph, mesh)
         update_fn, update_compiles = distributed.make_sharded_update_fn(graph, method, lconfig, mesh)
         state = distributed.init_sharded_train_state(params, lconfig, jax.random.key(int(config.seed)), mesh)
     if count == 1:  # on a mesh: rows over the data axes, the base in its sampling layout (a copy only where it differs)

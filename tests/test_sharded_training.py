@@ -53,6 +53,24 @@ def test_training_on_a_data_parallel_mesh_matches_one_device_and_resumes(tmp_pat
     assert "resuming" in result.stdout and [r["update"] for r in records(on_mesh)] == [1, 2, 3]
 
 
+def test_training_on_an_fsdp_mesh_matches_one_device(tmp_path):
+    """`--config.mesh.fsdp=2`: the base split over two devices, rows pinned per layer (FSDP as
+    ZeRO-3) in both the behaviour statistics and the update: the same actions and first updates
+    as one device, to float reordering."""
+    on_mesh, alone = tmp_path / "fsdp", tmp_path / "one"
+    for workdir, overrides in ((on_mesh, ("--config.mesh.fsdp=2",)), (alone, ())):
+        result = train(workdir, *overrides, "--config.total_env_steps=32", env=TWO_DEVICES)
+        assert result.returncode == 0, result.stderr[-3000:]
+    sharded, single = records(on_mesh), records(alone)
+    assert [r["update"] for r in sharded] == [r["update"] for r in single] == [1, 2]
+    for a, b in zip(sharded, single):
+        assert a["env_steps"] == b["env_steps"] and a["episode_return"] == b["episode_return"]
+        for key in ("loss", "entropy", "policy_loss", "actor_grad_norm"):
+            np.testing.assert_allclose(a[key], b[key], rtol=2e-3, atol=1e-7, err_msg=key)
+        # approx KL (~4e-5 here) is a mean of squared log-ratio differences: log-prob rounding of
+        # ~1e-7 per token moves it by ~2e-7, so an absolute bound
+        np.testing.assert_allclose(a["approx_kl"], b["approx_kl"], rtol=0, atol=1e-6, err_msg="approx_kl")
+
 def test_a_mesh_the_devices_cannot_hold_is_one_line_and_writes_nothing(tmp_path):
     workdir = tmp_path / "run"
     result = train(workdir, "--config.mesh.data=2")  # one device visible

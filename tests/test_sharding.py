@@ -350,7 +350,8 @@ def collectives(hlo_text: str) -> list[tuple[str, list[list[int]]]]:
     """(kind, result shapes) of every collective in a compiled module's text."""
     found = []
     pattern = r"= (\(?[^=]*?\)?) (all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)(-start)?\("
-    for line in hlo_text.splitlines():
+    # XLA writes `/*index=5*/` inside tuples of six or more results: its `=` would hide those collectives.
+    for line in re.sub(r"/\*index=\d+\*/", "", hlo_text).splitlines():
         match = re.search(pattern, line)
         if match:
             shapes = [[int(d) for d in s.split(",") if d] for s in re.findall(r"\[([\d,]*)\]", match.group(1))]

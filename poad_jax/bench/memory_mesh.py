@@ -16,6 +16,10 @@ Columns (GiB per device):
            (XLA:CPU's buffer assignment, an estimate of a GPU's)
   peak     args + temp + outputs - aliased (the donated state)
 
+`--no-activation-hook` compiles the update as before FSDP became ZeRO-3
+(activations left to the partitioner, which then moves rows to the weight
+shards instead of gathering weights), for comparison.
+
 The last line is `{"bench": "memory_mesh", "rows": [...]}`.
 """
 
@@ -58,6 +62,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--lora-sharding", default="replicated", choices=("replicated", "follow_base"))
     parser.add_argument("--cpu-devices", type=int, default=8, help="host devices when running on CPU")
+    parser.add_argument("--no-activation-hook", action="store_true",
+                        help="compile without the per-layer activation constraint (before ZeRO-3)")
     args = parser.parse_args(argv)
     unknown = [m for m in args.models.split(",") if m not in MODELS]
     if unknown:
@@ -79,7 +85,8 @@ def main(argv: list[str]) -> int:
     devices = jax.devices()
     print(f"compiled PPO update per device on {devices[0].platform} ({len(devices)} devices), {args.dtype} base, "
           f"LoRA r={args.lora_rank} on q,v ({args.lora_sharding}), {args.rows} rows x "
-          f"{args.prompt_tokens}+{args.action_tokens} tokens, {args.accumulation_steps} micro-batches")
+          f"{args.prompt_tokens}+{args.action_tokens} tokens, {args.accumulation_steps} micro-batches"
+          + (", no activation hook" if args.no_activation_hook else ""))
     print(f"{'model':<14} {'mesh':>7} {'base':>7} {'state':>7} {'batch':>7} {'args':>7} {'temp':>7} {'peak':>7}  (GiB)")
     rows = []
     for model, model_meshes in meshes.items():
@@ -90,7 +97,8 @@ def main(argv: list[str]) -> int:
             result = update_memory(
                 dist.make_mesh(*shape), **MODELS[model], rows=args.rows, prompt_len=args.prompt_tokens,
                 action_len=args.action_tokens, dtype=args.dtype, lora_rank=args.lora_rank,
-                lora_sharding=args.lora_sharding, accumulation_steps=args.accumulation_steps)
+                lora_sharding=args.lora_sharding, accumulation_steps=args.accumulation_steps,
+                constrain_activations=not args.no_activation_hook)
             peak = result["argument_bytes"] + result["temp_bytes"] + result["output_bytes"] - result["alias_bytes"]
             result.update(model=model, peak_bytes=peak)
             rows.append(result)

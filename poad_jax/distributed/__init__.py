@@ -35,6 +35,7 @@ from poad_jax.distributed.sampling_layout import (  # noqa: F401
     padded_rows,
 )
 from poad_jax.distributed.update import (  # noqa: F401
+    constrained_graph,
     init_sharded_train_state,
     make_sharded_update_fn,
     shard_policy,

@@ -86,11 +86,13 @@ def update_memory(mesh: Mesh, *, hidden_size: int, intermediate_size: int, num_l
                   num_heads: int, num_kv_heads: int, rows: int, prompt_len: int, action_len: int,
                   threads: int | None = None, dtype: str = "bfloat16", lora_rank: int = 8,
                   lora_targets=("q_proj", "v_proj"), lora_sharding: str = "replicated",
-                  head_sizes=(1024, 512), num_minibatches: int = 1, accumulation_steps: int = 1) -> dict[str, Any]:
+                  head_sizes=(1024, 512), num_minibatches: int = 1, accumulation_steps: int = 1,
+                  constrain_activations: bool = True) -> dict[str, Any]:
     """One device's memory of the PPO update compiled for `mesh` (bytes):
     XLA's `argument/output/alias/temp` sizes, and the shard bytes of the
     frozen base, the train state and the batch computed from the shardings
-    (`expected_argument_bytes` is their sum)."""
+    (`expected_argument_bytes` is their sum).  `constrain_activations=False`
+    compiles the update without the per-layer activation hook (for comparison)."""
     from poad_jax.distributed.update import make_sharded_update_fn
     from poad_jax.config import learner_config
     from poad_jax.learner import init_train_state
@@ -109,7 +111,8 @@ def update_memory(mesh: Mesh, *, hidden_size: int, intermediate_size: int, num_l
     state = abstract_like(state, tree_shardings(state, rules, mesh))
     frozen = abstract_like(frozen, tree_shardings(frozen, rules, mesh))
     batch = abstract_like(batch, batch_shardings(batch, mesh))
-    update, _ = make_sharded_update_fn(graph, make_method("poad", 0.95), config, mesh, rules)
+    update, _ = make_sharded_update_fn(graph, make_method("poad", 0.95), config, mesh, rules,
+                                       constrain_activations=constrain_activations)
     analysis = update.lower(state, frozen, batch).compile().memory_analysis()
     base, state_bytes, batch_bytes = shard_bytes(frozen), shard_bytes(state), shard_bytes(batch)
     return {

@@ -87,6 +87,12 @@ LORA_FOLLOW_BASE_RULES: tuple[tuple[str, P], ...] = (
 
 LORA_SHARDINGS = ("replicated", "follow_base")
 
+# Activations inside the layer scan (the residual stream `[B, T, H]`): rows
+# over ('data', 'fsdp'), sequence and hidden whole.  Pinning them makes the
+# partitioner all-gather an fsdp-split weight where a layer uses it (ZeRO-3)
+# instead of moving rows to the weight's shard (traffic growing with B x T).
+ACTIVATION_SPEC = P(BATCH_AXES)
+
 
 def train_rules(lora_sharding: str = "replicated") -> tuple[tuple[str, P], ...]:
     """The training layout's rules: frozen base, LoRA (`lora_sharding`), and
@@ -165,6 +171,18 @@ def mesh_from_config(block: Any, devices: Sequence[Any] | None = None) -> Mesh |
     if shape == (1, 1, 1):
         return None
     return make_mesh(*shape, devices=devices)
+
+
+def check_tensor_split(model_config: Any, mesh: Mesh | None) -> None:
+    """Tensor parallelism splits attention by whole heads: `mesh.tensor` must
+    divide the model's query heads and its KV heads (ValueError, one line).
+    (A split inside a head would still compute correctly, through extra
+    resharding at every attention; it is refused as a mistake.)"""
+    tensor = 1 if mesh is None else int(dict(mesh.shape).get("tensor", 1))
+    heads, kv_heads = int(model_config.num_attention_heads), int(model_config.num_key_value_heads)
+    if heads % tensor or kv_heads % tensor:
+        raise ValueError(f"mesh.tensor = {tensor} must divide the model's attention heads ({heads}) and "
+                         f"KV heads ({kv_heads}): tensor parallelism splits whole heads")
 
 
 def batch_shards(mesh: Mesh | None) -> int:
@@ -255,6 +273,25 @@ def batch_shardings(batch, mesh: Mesh):
         return batch_sharding(mesh)
 
     return jax.tree_util.tree_map_with_path(sharding, batch)
+
+
+def activation_constraint(mesh: Mesh, spec: P = ACTIVATION_SPEC):
+    """`x -> with_sharding_constraint(x, spec)` on `mesh`: the model's
+    per-layer hook (`Llama.__call__(constrain=...)`, `PolicyGraph.constrain`).
+
+    An array whose dimensions the spec's mesh axes do not all divide (a
+    micro-batch of fewer rows than data x fsdp) passes through unconstrained
+    (pinning it would replicate it): XLA then chooses, as without the hook.
+    """
+    sizes = dict(mesh.shape)
+
+    def constrain(x: jax.Array) -> jax.Array:
+        fitted = fit_spec(spec, np.shape(x), sizes)
+        if fitted != fit_spec(spec, [0] * np.ndim(x), sizes):  # a dimension did not divide
+            return x
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, fitted))
+
+    return constrain
 
 
 def place(tree, shardings):

@@ -16,11 +16,14 @@ same update function (`learner.build_update`), compiled by `jax.jit` with
 
 XLA's SPMD partitioner inserts the collectives: an all-reduce of the
 gradients (and of the loss statistics) over the batch axes, per-layer
-all-gathers of the fsdp-split base weights inside the layer scan.
+all-gathers of the fsdp-split base weights inside the layer scan.  The
+latter needs the model's activation hook (`constrained_graph`): left free,
+the partitioner keeps the weights in place and moves activations instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
@@ -29,15 +32,26 @@ from jax.sharding import Mesh
 
 from poad_jax.distributed.sharding import (
     Rules,
+    activation_constraint,
     batch_shardings,
     batch_shards,
+    check_tensor_split,
     replicated,
     train_rules,
     tree_shardings,
 )
 from poad_jax.learner import LearnerConfig, build_update, init_train_state
 from poad_jax.methods import Method
-from poad_jax.policy import FrozenBase, PolicyGraph
+from poad_jax.policy import FrozenBase, PolicyGraph, merge_model
+
+
+def constrained_graph(graph: PolicyGraph, mesh: Mesh) -> PolicyGraph:
+    """`graph` whose forward passes pin the residual stream's rows over
+    ('data', 'fsdp') at the top of every decoder layer
+    (`sharding.activation_constraint`): FSDP as ZeRO-3, each device runs its
+    own rows through every layer and all-gathers that layer's fsdp-split
+    weights.  The sampler ignores it (it calls the model without the hook)."""
+    return dataclasses.replace(graph, constrain=activation_constraint(mesh))
 
 
 def shard_policy(frozen: FrozenBase, params: dict[str, Any], mesh: Mesh, rules: Rules | None = None):
@@ -73,7 +87,8 @@ def init_sharded_train_state(params: dict[str, Any], config: LearnerConfig, rng:
 
 
 def make_sharded_update_fn(
-    graph: PolicyGraph, method: Method, config: LearnerConfig, mesh: Mesh, rules: Rules | None = None
+    graph: PolicyGraph, method: Method, config: LearnerConfig, mesh: Mesh, rules: Rules | None = None,
+    constrain_activations: bool = True,
 ) -> tuple[Callable, Callable[[], int]]:
     """The update `(state, frozen, batch) -> (state, metrics)` compiled for `mesh`.
 
@@ -81,10 +96,20 @@ def make_sharded_update_fn(
     each is placed on its sharding first (a no-op when it is there).  The
     compiled function is built once per argument structure; the returned
     count says how often the update was traced (one per batch shape).
+    `constrain_activations=False` leaves the layers' activations to the
+    partitioner (`constrained_graph`; kept for the audit's tripwire).  A
+    tensor axis that does not divide the model's heads is refused when the
+    update is first traced (`sharding.check_tensor_split`, one line).
     """
     rules = train_rules() if rules is None else rules
-    update, compiles = build_update(graph, method, config, row_groups=batch_shards(mesh))
+    if constrain_activations:
+        graph = constrained_graph(graph, mesh)
+    learner_update, compiles = build_update(graph, method, config, row_groups=batch_shards(mesh))
     built: dict[Any, tuple] = {}
+
+    def update(state, frozen, batch):  # the model's head counts are known once it is merged (at trace time)
+        check_tensor_split(merge_model(graph, frozen, state.params["actor"]).config, mesh)
+        return learner_update(state, frozen, batch)
 
     def shardings_and_fn(state, frozen, batch):
         key = jax.tree.structure((state, frozen, batch))

@@ -26,7 +26,7 @@ key slot s iff `s <= index + t` and `key_mask[b, s]`.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import chex
 import jax
@@ -36,6 +36,7 @@ from flax import nnx
 from poad_jax.models import decode
 from poad_jax.models.config import LORA_TARGETS, REMAT_POLICIES, LlamaConfig, LoraConfig  # noqa: F401
 from poad_jax.models.decode import KVCache, UnstackedWeights, attention_over_cache, init_cache, unstack_weights  # noqa: F401
+from poad_jax.models.lora import merge_lora  # noqa: F401  (its home before models/lora.py)
 from poad_jax.models.precision import mixed_einsum
 
 
@@ -305,6 +306,9 @@ class Llama(nnx.Module):
     options (`decode` module): `unstacked` (per-layer weight copies, layers
     unrolled) and `empty_cache=True` (prefill: a promise that the cache holds
     nothing yet, so attention skips its empty slots; broken, it gives NaN).
+    `constrain` (x -> x, e.g. a `with_sharding_constraint`) is applied to the
+    residual stream at the top of every layer: a device mesh pins activations
+    there (`poad_jax.distributed`); None changes nothing.
 
     Precision: activations in `dtype`; LoRA, norms, biases stored in
     `param_dtype`; `matmul_dtype=jnp.bfloat16` stores the base weight matrices
@@ -351,6 +355,7 @@ class Llama(nnx.Module):
         unstacked: UnstackedWeights | None = None,
         empty_cache: bool = False,
         visibility: jax.Array | None = None,
+        constrain: Callable[[jax.Array], jax.Array] | None = None,
     ) -> ModelOutput:
         batch, length = tokens.shape
         start = jnp.zeros((), jnp.int32) if cache is None else cache.index
@@ -366,14 +371,14 @@ class Llama(nnx.Module):
         at = Attend(positions, rope_inverse_frequencies(self.config), mask, start, empty_cache)
 
         x = decode.embedding_rows(self.embed[...], tokens, self.dtype)
-        x, cache = self._decoder_stack(x, at, cache, use_lora, unstacked)
+        x, cache = self._decoder_stack(x, at, cache, use_lora, unstacked, constrain)
         hidden = rms_norm(x, self.final_norm[...], self.config.rms_norm_eps)
         if empty_cache and cache is not None:
             hidden = decode.poison_unless_empty(hidden, start)
         logits = self.logits(hidden, unstacked) if return_logits else None
         return ModelOutput(logits, hidden, cache)
 
-    def _decoder_stack(self, x, at: Attend, cache: KVCache | None, use_lora: bool, unstacked):
+    def _decoder_stack(self, x, at: Attend, cache: KVCache | None, use_lora: bool, unstacked, constrain=None):
         """The L decoder layers over `x [B, T, H]`; returns (x, updated cache).
 
         The one place that chooses how layers run: a `lax.scan` over the
@@ -390,6 +395,7 @@ class Llama(nnx.Module):
         def step(carry, xs):
             x, cache_kv = carry
             layer, index = xs
+            x = x if constrain is None else constrain(x)
             return decoder_layer(x, layer, settings, at, cache_kv, index), None
 
         if self.remat in _REMAT_SAVEABLE:
@@ -423,25 +429,6 @@ class Llama(nnx.Module):
         else:
             head = self.lm_head[...].astype(self.dtype)
         return jnp.matmul(hidden, head, preferred_element_type=jnp.float32)
-
-
-def merge_lora(model: Llama) -> None:
-    """Folds the LoRA update into the base weights (W += scale * A @ B), in place.
-
-    Afterwards B is zero, so the adapters-on forward equals the merged base.
-    With bfloat16 base weights (`matmul_dtype`) the merged weights are rounded
-    to bfloat16, which can erase a small LoRA update: merge into a float32
-    model (load with `matmul_dtype=None`) to export merged weights.
-    """
-    if model.lora_config is None:
-        return
-    scale = model.lora_config.scale
-    layers = model.layers
-    for name in list(layers.lora_a.keys()):
-        a, b = layers.lora_a[name][...], layers.lora_b[name][...]
-        w = layers.weights[name]
-        w[...] = (w[...] + scale * jnp.einsum("lir,lro->lio", a, b)).astype(w[...].dtype)
-        layers.lora_b[name][...] = jnp.zeros_like(b)
 
 
 def base_filter():
