@@ -460,7 +460,8 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
     else:  # the training layout of docs/distributed.md
         if show_progress:
             sizes = " x ".join(f"{axis} {size}" for axis, size in mesh.shape.items())
-            where = f" in {count} processes" if count > 1 else ""
+            local = jax.local_device_count()
+            where = f" in {count} processes (each samples on its {local} device{'s' * (local > 1)})" if count > 1 else ""
             print(f"mesh: {sizes} over {mesh.devices.size} {mesh.devices.flat[0].platform} devices{where}")
         if count > 1:  # host values, identical in every process: each device takes its slice
             frozen, params = jax.tree.map(np.asarray, (frozen, params))
@@ -472,8 +473,9 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
         state = distributed.init_sharded_train_state(params, lconfig, jax.random.key(int(config.seed)), mesh)
     if count == 1:  # on a mesh: rows over the data axes, the base in its sampling layout (a copy only where it differs)
         sampler = Sampler(merged_actor(graph, frozen, params), mesh=mesh)
-    else:  # several processes: each samples its own threads from a process-local copy
-        sampler = Sampler(merged_actor(graph, *hosts.local_copy((frozen, params))))
+    else:  # several processes: each samples its own threads, from a process-local copy, on its own devices
+        sampler = Sampler(merged_actor(graph, *hosts.local_copy((frozen, params))),
+                          mesh=hosts.local_sampling_mesh(mesh))
     collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
     target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
     first_thread = index * envs.num_envs

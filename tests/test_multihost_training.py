@@ -50,13 +50,14 @@ def _meta(workdir: pathlib.Path, step: int) -> dict:
     return json.loads((workdir / "checkpoints" / str(step) / "meta" / "metadata").read_text())
 
 
-def _two_processes(workdir: pathlib.Path, *overrides: str, mesh: str = "--config.mesh.data=-1"):
-    """Both processes' (return code, stdout, stderr) of the same command (one CPU device each)."""
+def _two_processes(workdir: pathlib.Path, *overrides: str, mesh: str = "--config.mesh.data=-1",
+                   devices: str = ONE_DEVICE):
+    """Both processes' (return code, stdout, stderr) of the same command (one CPU device each by default)."""
     port = _free_port()
     procs = [subprocess.Popen([arg for arg in _command(workdir, *overrides) if arg != "--config.mesh.data=-1"]
                               + [mesh, f"--config.distributed.coordinator=127.0.0.1:{port}",
                                  "--config.distributed.num_processes=2", f"--config.distributed.process_id={rank}"],
-                              cwd=workdir.parent, env=_environment(ONE_DEVICE), stdout=subprocess.PIPE,
+                              cwd=workdir.parent, env=_environment(devices), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     outputs = []
     for proc in procs:
@@ -115,6 +116,24 @@ def test_the_log_counts_the_whole_run_and_the_processes_sample_differently(two_p
     ends = meta["episodes"]["finished_env_steps"]
     assert ends == sorted(ends) and len(set(ends)) == len(ends)
 
+
+def test_processes_of_two_devices_sample_their_threads_on_their_own_devices(two_process_run, tmp_path):
+    """Two devices per process: the run's mesh spans all four, and each process
+    samples its threads on a mesh of its own two (rows over them). Sampled tokens
+    do not depend on the mesh (tests/test_sharded_sampling.py), so every
+    process's first update finishes the same episodes as in the one-device-each
+    run: 8 returns of 0, 1 or 2 per process agreeing by chance is unlikely."""
+    workdir = tmp_path / "run"
+    outputs = _two_processes(workdir, f"--config.total_env_steps={THREADS * STEPS}",
+                             devices="--xla_force_host_platform_device_count=2")
+    (rc0, out0, err0), (rc1, _, err1) = outputs
+    assert rc0 == 0 and rc1 == 0, (err0[-3000:], err1[-3000:])
+    assert "over 4 cpu devices in 2 processes (each samples on its 2 devices)" in out0
+    per_update = STEPS * (THREADS // 2) // 2  # episodes one process finishes in one update (horizon 2)
+    ours = [host["episodes"]["finished_returns"] for host in _meta(workdir, 1)["hosts"]]
+    theirs = [host["episodes"]["finished_returns"][:per_update] for host in _meta(two_process_run[0], UPDATES)["hosts"]]
+    assert [len(r) for r in ours] == [per_update, per_update]
+    assert ours == theirs
 
 def test_the_checkpoint_of_two_processes_resumes_in_one(two_process_run, tmp_path):
     """The same command in one process (two devices, the same mesh) continues

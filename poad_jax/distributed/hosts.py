@@ -167,3 +167,19 @@ def local_copy(tree):
         return jax.numpy.asarray(multihost_utils.process_allgather(x, tiled=True))
 
     return jax.tree.map(one, tree)
+
+
+def local_sampling_mesh(mesh):
+    """The mesh a process samples its own threads on: its own devices, rows
+    over `data`, the run mesh's `tensor` size kept when it divides them; None
+    when the process has one device.  Sampling is process-local (each process
+    decodes its threads alone), so no collective crosses hosts per token."""
+    from poad_jax.distributed.sharding import make_mesh
+
+    devices = jax.local_devices()
+    tensor = int(mesh.shape["tensor"]) if mesh is not None else 1
+    if len(devices) % tensor:
+        tensor = 1
+    if len(devices) == 1:
+        return None
+    return make_mesh(len(devices) // tensor, 1, tensor, devices=devices)
