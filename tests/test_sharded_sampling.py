@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import pathlib
 import re
-import subprocess
 import sys
 
 import jax
@@ -35,7 +33,7 @@ from poad_jax import distributed as dist
 from poad_jax.distributed.sampling_layout import CARRY_RULES, UNSTACKED_SAMPLE_RULES, SamplingLayout, padded_rows
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from test_sharding import MESHES, collectives  # noqa: E402  (the sibling test's helpers)
+from test_sharding import MESHES, collectives, run_on_host_devices  # noqa: E402  (the sibling test's helpers)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 HIDDEN, NEW_TOKENS, BUCKETS, PROMPT_BUCKETS = 40, 12, (1, 2, 4, 8), (16,)
@@ -116,13 +114,7 @@ def sampler_axes(text: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def mesh_results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sharded_sampling")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, __file__, str(out)], env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads((out / "summary.json").read_text()), dict(np.load(out / "arrays.npz"))
+    return run_on_host_devices(__file__, tmp_path_factory.mktemp("sharded_sampling"))
 
 
 CALLS = ("free", "nucleus", "free_new_lora", "constrained")

@@ -118,17 +118,19 @@ def test_batch_rows_must_hold_whole_threads():
 # The 8-device subprocess and what it proves.
 
 
+def run_on_host_devices(script: str, out: pathlib.Path, devices: int = 8) -> tuple[dict, dict]:
+    """Runs `python script out` in a fresh process with `devices` host CPU devices (the count is
+    fixed when JAX starts); returns what it wrote: (summary.json, arrays.npz)."""
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, script, str(out)], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((out / "summary.json").read_text()), dict(np.load(out / "arrays.npz"))
+
+
 @pytest.fixture(scope="module")
 def mesh_results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sharding")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, __file__, str(out)], env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    summary = json.loads((out / "summary.json").read_text())
-    arrays = dict(np.load(out / "arrays.npz"))
-    return summary, arrays
+    return run_on_host_devices(__file__, tmp_path_factory.mktemp("sharding"))
 
 
 def _pair(arrays, layout, name):

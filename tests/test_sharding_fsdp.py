@@ -23,16 +23,14 @@ sequence included).
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from test_sharding import HEAD_SIZES, HIDDEN, _dims, collectives
+from test_sharding import HEAD_SIZES, HIDDEN, _dims, collectives, run_on_host_devices
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 AUDIT_ROWS, AUDIT_THREADS, AUDIT_PROMPT, AUDIT_ACTION = 96, 8, 12, 9  # T = 21
@@ -41,12 +39,7 @@ FSDP = 8
 
 @pytest.fixture(scope="module")
 def fsdp_results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sharding_fsdp")
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={FSDP}", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(REPO) + os.pathsep + str(REPO / "tests") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, __file__, str(out)], env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads((out / "summary.json").read_text()), dict(np.load(out / "arrays.npz"))
+    return run_on_host_devices(__file__, tmp_path_factory.mktemp("sharding_fsdp"), devices=FSDP)
 
 
 # ---------------------------------------------------------------------------
