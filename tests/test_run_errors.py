@@ -184,12 +184,21 @@ def test_evaluate_that_finishes_no_episode(capsys, tmp_path):
 # Ctrl-C.
 
 
+def interruptible() -> None:
+    """In the child before exec: SIGINT back to its default disposition. A test
+    runner started in the background (`cmd &` in a script, pytest-xdist workers
+    under it) ignores SIGINT, children inherit that, and Python then installs
+    no KeyboardInterrupt handler: Ctrl-C could not be tested at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_is_one_line_leaves_no_temporary_directory_and_resumes(tmp_path):
     workdir = tmp_path / "interrupted"
     common = ["--config=configs/toy.py", f"--workdir={workdir}", "--config.tensorboard=False", "--config.plot=False"]
     args = common + [f"--config.total_env_steps={16 * 100_000}"]  # far more than the test waits for
     process = subprocess.Popen([sys.executable, "-m", "poad_jax.train", *args], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=interruptible)
     deadline = time.time() + 240
     while time.time() < deadline and not checkpoint_lib.checkpoint_steps(workdir):
         if process.poll() is not None:
