@@ -546,6 +546,7 @@ evaluate_candidate("import time\\ntime.sleep(1000)\\n", X, y, SandboxLimits(wall
 """
 
 
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # preexec_fn forks; it only resets SIGINT, then execs
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "sigint"])
 def test_ending_the_trainer_leaves_no_process_and_no_file(tmp_path, contained, how):
     scratch = tmp_path / "tmpdir"

@@ -192,6 +192,7 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # preexec_fn forks; it only resets SIGINT, then execs
 def test_ctrl_c_is_one_line_leaves_no_temporary_directory_and_resumes(tmp_path):
     workdir = tmp_path / "interrupted"
     common = ["--config=configs/toy.py", f"--workdir={workdir}", "--config.tensorboard=False", "--config.plot=False"]
