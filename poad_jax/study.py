@@ -739,7 +739,7 @@ def plot_curves(study: Study, results: list[GroupResult], path: pathlib.Path, wh
             facet_values.append(key)
     columns = min(len(facet_values), 4)
     rows = math.ceil(len(facet_values) / columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False, sharey=True)
+    figure, axes = plt.subplots(rows, columns, figsize=(max(4.2 * columns, 6.4), 3.2 * rows), squeeze=False, sharey=True)
     colours = {}
     for index, key in enumerate(facet_values):
         axis = axes[index // columns][index % columns]
@@ -833,8 +833,8 @@ def provenance(study: Study, workdir: pathlib.Path) -> str:
         if cell_dir.is_symlink():
             reused += 1
             continue
-        state = read_json(cell_dir / CELL_FILE) or {}
-        cell_seconds += float(state.get("seconds") or 0.0)
+        summary = summarise_cell(study, workdir, cell)  # summed from the metrics: survives interrupted sessions
+        cell_seconds += summary.seconds if summary is not None else 0.0
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip() or "unknown"
     cpu = "unknown CPU"
@@ -845,10 +845,11 @@ def provenance(study: Study, workdir: pathlib.Path) -> str:
                 break
     dates = sorted(s["started"][:10] for s in sessions if s.get("started"))
     command = f"python -m poad_jax.study --study={os.path.relpath(study.path, REPO)}"
-    return (f"Command `{command}` (resumable); commit {commit}; {os.cpu_count()} cores, {cpu}; "
-            f"run {dates[0] if dates else '?'}{' to ' + dates[-1] if len(set(dates)) > 1 else ''}; "
-            f"wall time {_format_seconds(wall)} over {len(sessions)} invocation(s), "
-            f"{_format_seconds(cell_seconds)} of cell time"
+    when = (f"run {dates[0]}{' to ' + dates[-1] if len(set(dates)) > 1 else ''}; wall time {_format_seconds(wall)} "
+            f"over {len(sessions)} completed invocation(s), " if sessions else
+            "no invocation completed yet (interrupted sessions are not recorded); ")
+    return (f"Command `{command}` (resumable); commit {commit}; {os.cpu_count()} cores, {cpu}; {when}"
+            f"{_format_seconds(cell_seconds)} in the cells' updates"
             + (f" ({reused} cells reused from sibling studies, whose time counts there)." if reused else "."))
 
 
