@@ -778,7 +778,17 @@ def parse_command_line(argv: list[str]) -> tuple[ml_collections.ConfigDict, path
 
 def cli(argv: list[str] | None = None) -> None:
     config, workdir = parse_command_line(list(sys.argv if argv is None else argv))
-    sys.exit(main(config, workdir))
+    status = main(config, workdir)
+    if status == EXIT_INTERRUPTED:
+        # Ctrl-C during a background checkpoint save can leave one of Orbax's worker threads
+        # waiting on an executor that was shut down ("cannot schedule new futures after
+        # shutdown"), and interpreter exit joins such threads: seen as a hang on a loaded
+        # machine. Everything worth keeping is on disk by now (finished checkpoints; unfinished
+        # saves removed; metrics and TensorBoard flushed per update), so leave without the join.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
 
 
 if __name__ == "__main__":
