@@ -133,6 +133,17 @@ def mesh_results(tmp_path_factory):
     return run_on_host_devices(__file__, tmp_path_factory.mktemp("sharding"))
 
 
+def assert_update_close(got: dict, ref: dict, params: dict) -> None:
+    """A sharded update against one device: every metric within 1e-6 absolute plus 1e-5
+    relative, every parameter (`params`: name -> (mesh, one device), LoRA B among them)
+    within 1e-5 absolute."""
+    assert set(got) == set(ref)
+    for key in ref:
+        assert abs(got[key] - ref[key]) <= 1e-6 + 1e-5 * abs(ref[key]), (key, got[key], ref[key])
+    assert any("lora_b" in n for n in params)
+    for name, (got_p, want_p) in params.items():
+        np.testing.assert_allclose(got_p, want_p, rtol=0, atol=1e-5, err_msg=name)
+
 def _pair(arrays, layout, name):
     """(mesh result, one-device result) of `name`; an update's reference ran
     with the mesh's row groups (data x fsdp)."""
@@ -189,16 +200,9 @@ def test_one_ppo_update_matches_one_device(mesh_results, layout):
     Adam steps (Adam's m / sqrt(v) is scale-free, so a relative gradient
     error becomes an absolute step error of lr times that)."""
     summary, arrays = mesh_results
-    ref = summary["metrics"][f"single{MESHES[layout][0] * MESHES[layout][1]}"]
-    got = summary["metrics"][layout]
-    assert set(got) == set(ref)
-    for key in ref:
-        assert abs(got[key] - ref[key]) <= 1e-6 + 1e-5 * abs(ref[key]), (key, got[key], ref[key])
     names = sorted(k.split("/", 1)[1] for k in arrays if k.startswith(f"{layout}/params/"))
-    assert any("lora_b" in n for n in names)
-    for name in names:
-        got_p, want_p = _pair(arrays, layout, name)
-        np.testing.assert_allclose(got_p, want_p, rtol=0, atol=1e-5, err_msg=name)
+    assert_update_close(summary["metrics"][layout], summary["metrics"][f"single{MESHES[layout][0] * MESHES[layout][1]}"],
+                        {name: _pair(arrays, layout, name) for name in names})
     assert summary["param_change"][layout] > 1e-2  # the update moved the parameters
 
 
