@@ -19,7 +19,8 @@ dotted paths, which ConfigDict keys cannot hold):
     seeds=(0, 1, 2, 3, 4),
     report={"metric": "episode_return", "threshold": 3.5, "smoothing": 5,   # all optional
             "facet": "env.kwargs.action_length", "heatmap": ("variant", "env.kwargs.action_length"),
-            "theory": "poad_jax.theory:save_or_take_optimum"},
+            "theory": "poad_jax.theory:save_or_take_optimum",
+            "steps": {"succeeded": "runnable", "reward": "AUC"}},  # a table of succeeded steps per cell
 
 Each cell is an ordinary run directory of `poad_jax.train` (`<workdir>/cells/<cell>`),
 run as its own process, so checkpoints, metrics and resume are the trainer's.
@@ -698,6 +699,67 @@ def cell_table(study: Study, workdir: pathlib.Path) -> list[str]:
     return lines
 
 
+@dataclasses.dataclass
+class StepOutcomes:
+    """One cell's steps that succeeded (e.g. programs that ran) and what they scored (e.g. their AUC)."""
+    steps: int
+    succeeded: int
+    mean_reward: float  # over every succeeded step of the run
+    final_mean_reward: float  # over the succeeded steps of the updates in the last `final_fraction`
+    best_reward: float
+
+
+def step_outcomes(records: list[dict[str, Any]], fraction: float) -> StepOutcomes:
+    """Counts and rewards of the succeeded steps, weighted by step (not by update):
+
+        mean = sum_u k_u * rbar_u / sum_u k_u   (k_u = steps_succeeded_u, rbar_u = success_reward_mean_u)
+        final mean: the same sum over { u : env_steps_u > (1 - fraction) * env_steps_last }
+    """
+    steps = np.array([float(r.get("env_steps") or 0) for r in records])
+    counts = np.array([float(r.get("steps_succeeded") or 0) for r in records])
+    means = np.array([np.nan if r.get("success_reward_mean") is None else float(r["success_reward_mean"])
+                      for r in records])
+    counted = (counts > 0) & ~np.isnan(means)
+
+    def weighted(keep: np.ndarray) -> float:
+        keep = keep & counted
+        return float((counts[keep] * means[keep]).sum() / counts[keep].sum()) if keep.any() else float("nan")
+
+    best = [float(r["best_step_reward"]) for r in records if r.get("best_step_reward") is not None]
+    return StepOutcomes(
+        steps=int(steps[-1]) if len(steps) else 0, succeeded=int(counts.sum()),
+        mean_reward=weighted(np.ones(len(records), bool)),
+        final_mean_reward=weighted(steps > (1.0 - fraction) * (steps[-1] if len(steps) else 0.0)),
+        best_reward=max(best) if best else float("nan"),
+    )
+
+
+def step_outcome_table(study: Study, workdir: pathlib.Path) -> list[str]:
+    """Markdown lines, one row per cell, from report option `steps = {"succeeded": name, "reward": name}`
+    (e.g. runnable programs and their AUC on DataSciCoding); [] when the study does not ask for it."""
+    names = study.report.get("steps")
+    if not names:
+        return []
+    succeeded, reward = names.get("succeeded", "succeeded"), names.get("reward", "reward")
+    fraction = float(study.report.get("final_fraction", 0.1))
+    value = lambda x: "-" if math.isnan(x) else f"{x:.3f}"  # noqa: E731
+    lines = [f"Steps per cell ({succeeded} steps and their {reward}; means weighted by step):", "",
+             f"| cell | status | env steps | {succeeded} | fraction {succeeded} | mean {reward} of {succeeded} | "
+             f"same, last {fraction:.0%} of env steps | best {reward} |", "|" + "---|" * 8]
+    for cell in seed_major(grid(study), study.seeds):
+        cell_dir = workdir / "cells" / cell.name
+        records = read_records(cell_dir)
+        if not records:
+            continue
+        total = int(cell_config(study, cell).total_env_steps)
+        row = step_outcomes(records, fraction)
+        status = "done" if cell_finished(cell_dir, total) else f"running ({row.steps:,} of {total:,})"
+        share = row.succeeded / row.steps if row.steps else float("nan")
+        lines.append(f"| {cell.name} | {status} | {row.steps:,} | {row.succeeded:,} | {value(share)} | "
+                     f"{value(row.mean_reward)} | {value(row.final_mean_reward)} | {value(row.best_reward)} |")
+    return lines + [""]
+
+
 def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean and std over seeds of the smoothed curves, on the first seed's env-step grid
     (others interpolated onto it)."""
@@ -905,6 +967,8 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Per cell (finished and running; the group rows above count finished cells only; time in updates "
               "excludes start-up and compilation):", ""] + per_cell
+    outcomes = step_outcome_table(study, workdir)
+    lines += [""] + outcomes[:-1] if outcomes else []
     lines += ["", "![return](return.png)", "", "![success](success.png)"]
     if report.get("heatmap"):
         lines += ["", "![heatmap](heatmap.png)"]

@@ -7,7 +7,8 @@ method.  Actor lr 1e-4 as chosen for SmolLM2 on VirtualHome
 costs about 7 minutes on 2 cores.  NTPO: gamma_w = gamma = 0.95.  The
 per-update metrics hold the runnable count (`steps_succeeded`), the mean step
 reward (AUC when the program ran, -1 when it failed) and the best program's
-AUC so far (`best_step_reward`); each cell keeps its best program
+AUC so far (`best_step_reward`); the report tabulates per cell the fraction of
+programs that ran, their mean AUC and the best AUC.  Each cell keeps its best program
 (`python -m poad_jax.best_program --workdir <cell>`).  About 3 hours.
 
     python -m poad_jax.study --study=studies/datasci_qwen.py
@@ -26,5 +27,6 @@ def get_study():
             ],
         },
         "seeds": (0,),
-        "report": {"metric": "step_reward_mean", "smoothing": 3, "final_fraction": 0.25},
+        "report": {"metric": "step_reward_mean", "smoothing": 3, "final_fraction": 0.25,
+                   "steps": {"succeeded": "runnable", "reward": "AUC"}},
     }

@@ -29,7 +29,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def write_study(directory: pathlib.Path, name: str = "toy_grid", updates: int = 2, methods=("poad", "ntpo"),
-                seeds=(0, 1), extra_axes: str = "", base: str = "configs/toy.py") -> pathlib.Path:
+                seeds=(0, 1), extra_axes: str = "", base: str = "configs/toy.py",
+                extra_report: str = "") -> pathlib.Path:
     """A study file over configs/toy.py: `updates` PPO updates of 16 env steps per cell."""
     variants = ", ".join(f'{{"label": "{m.upper()}", "method": "{m}"}}' for m in methods)
     path = directory / f"{name}.py"
@@ -41,7 +42,7 @@ def get_study():
         "fixed": {{"total_env_steps": {16 * updates}, "tensorboard": False, "plot": False}},
         "axes": {{"variant": [{variants}]{extra_axes}}},
         "seeds": {tuple(seeds)!r},
-        "report": {{"metric": "episode_return", "threshold": 0.5, "smoothing": 1}},
+        "report": {{"metric": "episode_return", "threshold": 0.5, "smoothing": 1{extra_report}}},
     }}
 ''')
     return path
@@ -293,3 +294,35 @@ def test_the_report_counts_finished_cells_and_lists_running_ones_with_their_time
         total = sum(r[key] for r in recs for key in study_lib.PHASE_SECONDS)
         assert rows[name][7] == study_lib._format_seconds(total)
         assert rows[name][3] == str(recs[-1]["episodes"])
+
+
+def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
+    """Report option `steps` (DataSciCoding: runnable programs and their AUC): counts, fraction, the mean
+    reward of succeeded steps weighted by step (all and last 25%), the best reward; rows parsed back."""
+    study = study_lib.load_study(write_study(
+        tmp_path, updates=4, seeds=(0,), extra_report=', "final_fraction": 0.25, '
+        '"steps": {"succeeded": "runnable", "reward": "AUC"}'))
+    workdir = tmp_path / "runs"
+    rng = np.random.default_rng(1)
+    counts = [0, 3, 1, 5]  # programs that ran in each update of 16
+    means = [None] + [float(rng.uniform(0.4, 0.9)) for _ in counts[1:]]
+    records = [{"update": u + 1, "env_steps": 16 * (u + 1), "episodes": u, "episode_return": 0.0,
+                "success_rate": 0.0, "steps_succeeded": k, "success_reward_mean": m,
+                "best_step_reward": None if m is None else max(x for x in means[1:u + 1])}
+               for u, (k, m) in enumerate(zip(counts, means))]
+    _fake_cell(workdir, "POAD__seed=0", records, "done")
+    _fake_cell(workdir, "NTPO__seed=0", records[:2], "running")
+    study_lib.write_report(study, workdir)
+    text = (workdir / "report.md").read_text()
+    assert "| cell | status | env steps | runnable | fraction runnable | mean AUC of runnable |" in text
+    rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in text.splitlines())
+            if len(c) == 8 and c[0] in ("POAD__seed=0", "NTPO__seed=0") and c[3].isdigit()}
+    hand_mean = sum(k * m for k, m in zip(counts[1:], means[1:])) / sum(counts)
+    assert rows["POAD__seed=0"][2:] == ["64", "9", f"{9 / 64:.3f}", f"{hand_mean:.3f}", f"{means[3]:.3f}",
+                                        f"{max(means[1:]):.3f}"]  # last 25% of 64 steps: update 4 alone
+    assert rows["NTPO__seed=0"][1] == "running (32 of 64)"
+    assert rows["NTPO__seed=0"][3:] == ["3", f"{3 / 32:.3f}", f"{means[1]:.3f}", f"{means[1]:.3f}",
+                                        f"{means[1]:.3f}"]
+    (tmp_path / "plain").mkdir()
+    plain = study_lib.load_study(write_study(tmp_path / "plain", updates=4, seeds=(0,)))
+    assert study_lib.step_outcome_table(plain, workdir) == []
