@@ -20,6 +20,7 @@ from poad_jax.sampling import (
     sample_tokens,
     top_k_mask,
     top_p_mask,
+    trie_action_probs,
 )
 
 VOCAB = 48
@@ -265,6 +266,27 @@ def test_constrained_samples_are_candidates_with_renormalised_logprobs(model, sa
                 constrained = np_log_softmax(logits[len(prompt) - 1 + j, allowed] / temperature)
                 np.testing.assert_allclose(gen.logprobs[b][j], constrained[allowed.index(token)], atol=2e-5)
     assert sum(len(s) for s in seen) > len(CANDIDATES)  # it does sample, not always the same
+
+
+def test_constrained_action_probs_equal_the_sampled_actions_logprobs(sampler):
+    """`constrained_action_probs` (prefix sums through `trie_action_probs`) is the distribution
+    `generate_constrained` draws from: each drawn action's summed log-probs equal log pi_trie(a), and
+    pi_trie sums to 1 over the candidates."""
+    for b, (prompt, actions) in enumerate(zip(PROMPTS, CANDIDATES)):
+        probs = sampler.constrained_action_probs(prompt, actions)
+        assert probs.shape == (len(actions),) and abs(probs.sum() - 1.0) < 1e-5
+        for seed in range(3):
+            gen = sampler.generate_constrained([prompt], [actions], jax.random.key(seed), temperature=1.0)
+            np.testing.assert_allclose(np.sum(gen.logprobs[0]), np.log(probs[gen.action_index[0]]), atol=5e-5)
+    with pytest.raises(ValueError, match="prefix"):
+        sampler.constrained_action_probs(PROMPTS[0], [[5], [5, 6]])
+
+
+def test_trie_action_probs_is_the_product_of_renormalised_token_probabilities():
+    """A hand-built case: tokens p(1)=.5, p(2)=.3 at the root (other tokens .2); after 1: p(3)=.2, p(4)=.6."""
+    logp = {(1,): np.log(0.5), (2,): np.log(0.3), (1, 3): np.log(0.5 * 0.2), (1, 4): np.log(0.5 * 0.6)}
+    probs = trie_action_probs(logp, [[1, 3], [1, 4], [2]])
+    np.testing.assert_allclose(probs, [0.5 / 0.8 * 0.25, 0.5 / 0.8 * 0.75, 0.3 / 0.8])
 
 
 def test_constrained_greedy_picks_the_best_allowed_token(model, sampler):

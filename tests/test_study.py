@@ -326,3 +326,34 @@ def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
     (tmp_path / "plain").mkdir()
     plain = study_lib.load_study(write_study(tmp_path / "plain", updates=4, seeds=(0,)))
     assert study_lib.step_outcome_table(plain, workdir) == []
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "studies").glob("*.py")), ids=lambda p: p.stem)
+def test_every_study_of_the_repository_builds_a_valid_config_for_each_cell(path):
+    """The shipped study files (docs/results.md's commands) load, and every cell's trainer config passes
+    the trainer's validation, so a misspelt override fails here rather than hours into a study."""
+    study = study_lib.load_study(path)
+    cells = study_lib.grid(study)
+    assert cells and len({cell.name for cell in cells}) == len(cells)
+    for cell in cells:
+        study_lib.cell_config(study, cell)
+
+
+def test_a_finished_cell_recorded_before_a_config_field_existed_is_reused_at_that_fields_default(tmp_path):
+    """A cell's config.json written by an older trainer lacks later fields (`mesh`, `distributed`): it ran as
+    their defaults, so it matches a cell at the defaults and not one that sets such a field otherwise."""
+    study = study_lib.load_study(write_study(tmp_path, updates=1, methods=("poad",), seeds=(0,)))
+    config = study_lib.cell_config(study, study_lib.grid(study)[0])
+    old_cell = tmp_path / "runs" / "older" / "cells" / "POAD__seed=0"
+    recorded = json.loads(config.to_json_best_effort())
+    assert recorded["mesh"] == {"data": 1, "fsdp": 1, "tensor": 1}
+    del recorded["mesh"], recorded["distributed"]
+    _fake_cell(old_cell.parent.parent, old_cell.name, [{"update": 1, "env_steps": 16}], "done")
+    study_lib.write_json_atomic(old_cell / "config.json", recorded)
+    workdir = tmp_path / "runs" / "newer"
+    assert study_lib.find_reusable(workdir, config, 16) == old_cell
+    config.mesh.fsdp = 2
+    assert study_lib.find_reusable(workdir, config, 16) is None
+    config.mesh.fsdp = 1
+    config.seed = 1  # a field the old cell did record, set otherwise
+    assert study_lib.find_reusable(workdir, config, 16) is None

@@ -22,7 +22,13 @@ from poad_jax.sampling.sampler import (
     Sampler,
     SamplingConfig,
 )
-from poad_jax.sampling.scoring import NORMALIZATIONS, ActionScores, action_normalizers, score_candidates
+from poad_jax.sampling.scoring import (
+    NORMALIZATIONS,
+    ActionScores,
+    action_normalizers,
+    score_candidates,
+    trie_action_probs,
+)
 
 __all__ = [
     "FINISH_LENGTH",
@@ -47,6 +53,7 @@ __all__ = [
     "sample_tokens",
     "sampling_logits",
     "score_candidates",
+    "trie_action_probs",
     "top_k_mask",
     "top_p_mask",
 ]

@@ -31,7 +31,14 @@ from poad_jax.layout import ACTION_BUCKETS, COUNT_BUCKETS, PROMPT_BUCKETS, bucke
 from poad_jax.models.decode import unstack_weights
 from poad_jax.models.llama import base_filter
 from poad_jax.sampling.loop import FreeSampling, TrieSampling, decode_loop, left_pad, prefill
-from poad_jax.sampling.scoring import NORMALIZATIONS, ActionScores, action_normalizers, pack_candidates, score_candidates
+from poad_jax.sampling.scoring import (
+    NORMALIZATIONS,
+    ActionScores,
+    action_normalizers,
+    pack_candidates,
+    score_candidates,
+    trie_action_probs,
+)
 
 FINISH_STOP_TOKEN = "stop_token"
 FINISH_LENGTH = "length"
@@ -300,6 +307,15 @@ class Sampler:
         """
         texts = None if action_texts is None else [action_texts]
         return self.score_actions_batch([prompt], [actions], normalization, texts)[0]
+
+    def constrained_action_probs(self, prompt: Sequence[int], actions: Sequence[Sequence[int]]) -> np.ndarray:
+        """The probability that `generate_constrained` (temperature 1) picks each of `actions`, `[K]`:
+        `scoring.trie_action_probs` of the summed log-probs of every action prefix (POAD's and NTPO's
+        behaviour policy on a restricted env, to set beside TWOSOME's `score_actions(...).probs`)."""
+        actions = [tuple(int(t) for t in a) for a in _check_ids(actions, self.vocab_size, "action")]
+        prefixes = sorted({a[:j] for a in actions for j in range(1, len(a) + 1)})
+        sums = self.score_actions(prompt, [list(p) for p in prefixes], normalization="none").token_logprob_sums
+        return trie_action_probs(dict(zip(prefixes, np.asarray(sums, np.float64).tolist())), actions)
 
     def score_actions_batch(
         self,

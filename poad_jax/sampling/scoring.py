@@ -67,6 +67,32 @@ def score_candidates(model, unstacked, prompt, prompt_mask, actions, action_mask
     return sums, sums / normalizer, log_pi
 
 
+def trie_action_probs(prefix_logprobs: dict[tuple[int, ...], float],
+                      actions: Sequence[Sequence[int]]) -> np.ndarray:
+    """The probability that trie-constrained sampling at temperature 1 (`Sampler.generate_constrained`)
+    picks each action, `[K]` float64, from log p(prefix | prompt) of every prefix of every action:
+
+        pi_trie(a) = prod_j p(a_j | s, a_<j) / sum_{w in next(a_<j)} p(w | s, a_<j),
+        p(w | s, a_<j) = exp(log p(a_<j w | s) - log p(a_<j | s)),  log p(() | s) = 0
+
+    where next(a_<j) are the tokens that continue some action.  Actions that are strict prefixes of
+    another (the trie's end token) are refused: their "end here" probability is not a prefix sum."""
+    actions = [tuple(int(t) for t in a) for a in actions]
+    for a in actions:
+        if not a:
+            raise ValueError("an action has no tokens")
+        if any(b != a and b[: len(a)] == a for b in actions):
+            raise ValueError(f"action {list(a)} is a strict prefix of another: not supported")
+    logp = {(): 0.0, **{tuple(k): float(v) for k, v in prefix_logprobs.items()}}
+    probs = np.ones(len(actions))
+    for index, action in enumerate(actions):
+        for j in range(len(action)):
+            children = {b[: j + 1] for b in actions if len(b) > j and b[:j] == action[:j]}
+            weight = {child: np.exp(logp[child] - logp[action[:j]]) for child in children}
+            probs[index] *= weight[action[: j + 1]] / sum(weight.values())
+    return probs
+
+
 def pack_candidates(rows, normalizers, batch: int, n_actions: int, action_length: int):
     """Host-side arrays of `score_candidates` for the prompts' candidate lists
     `rows[b]` (token-id lists), padded to `batch` x `n_actions` x `action_length`:
