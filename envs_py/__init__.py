@@ -15,6 +15,7 @@ from envs_py.base import (
     UnknownEnvError,
     VectorEnv,
     make,
+    observation_digest,
     register,
     registry,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "UnknownEnvError",
     "VectorEnv",
     "make",
+    "observation_digest",
     "register",
     "registry",
 ]

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import hashlib
 import importlib
+import json
 import multiprocessing
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
@@ -44,6 +46,13 @@ class StepResult:
     reward: float
     done: bool
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def observation_digest(observation: Observation) -> str:
+    """A short fingerprint of an observation (its text and valid actions): a resumed run checks that
+    replaying an episode's actions led to the observation the checkpoint saw."""
+    payload = json.dumps([observation.text, observation.actions], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
 
 
 class StepAfterDoneError(RuntimeError):
@@ -219,7 +228,11 @@ class VectorEnv:
     once: its `StepResult` keeps the terminal `reward`/`done=True`, carries
     the terminal observation in `info["final_observation"]`, and its
     `observation` is the first observation of the next episode.  Episode `k`
-    of env `i` is reset with seed `seed + i + k * num_envs`.
+    of env `i` is reset with seed `seed + i + k * num_envs`.  Each env's
+    actions since its last reset are kept (`episode_actions`), so that
+    `resume` can put a resumed run's envs back in the middle of their
+    episodes by replaying them (the environments are deterministic given
+    the reset seed and the actions).
 
     Modes:
       "inline": envs live in this process and step one after another (cheap
@@ -260,6 +273,7 @@ class VectorEnv:
             else None
         )
         self._episodes = [0] * num_envs
+        self._episode_actions: list[list[str]] = [[] for _ in range(num_envs)]
 
     def _map(self, fn: Callable[[int], Any]) -> list[Any]:
         if self._pool is None:
@@ -268,12 +282,18 @@ class VectorEnv:
 
     def _reset_one(self, i: int) -> Observation:
         seed = _episode_seed(self.seed, i, self._episodes[i], self.num_envs)
+        self._episode_actions[i] = []
         return self._workers[i].reset(seed)
 
     @property
     def episode_counters(self) -> list[int]:
         """How many episodes each env has finished (drives the reset seeds)."""
         return list(self._episodes)
+
+    @property
+    def episode_actions(self) -> list[list[str]]:
+        """Each env's actions since its last reset (its episode so far)."""
+        return [list(actions) for actions in self._episode_actions]
 
     def reset(self, episode_counters: Sequence[int] | None = None) -> list[Observation]:
         """Resets every env and returns observations.
@@ -289,6 +309,34 @@ class VectorEnv:
             self._episodes = [int(c) for c in episode_counters]
         return self._map(self._reset_one)
 
+    def resume(self, episode_counters: Sequence[int], episode_actions: Sequence[Sequence[str]],
+               digests: Sequence[str | None] | None = None) -> tuple[list[Observation], list[int]]:
+        """Puts every env back where a checkpoint left it: `reset(episode_counters)`, then env i replays
+        `episode_actions[i]` (its episode so far).  An env whose replay ends the episode early, or (when
+        `digests` are given) leads to an observation whose `observation_digest` differs, restarts its
+        episode instead, as a plain reset would.  Returns (observations, the envs that restarted)."""
+        if len(episode_actions) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} action lists, got {len(episode_actions)}")
+        if digests is not None and len(digests) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} observation digests, got {len(digests)}")
+        observations = self.reset(episode_counters)
+
+        def replay(i: int) -> tuple[Observation, bool]:
+            observation = observations[i]
+            for action in episode_actions[i]:
+                result = self._workers[i].step(str(action))
+                if result.done:
+                    return self._reset_one(i), False
+                self._episode_actions[i].append(str(action))
+                observation = result.observation
+            expected = None if digests is None else digests[i]
+            if expected is not None and observation_digest(observation) != expected:
+                return self._reset_one(i), False
+            return observation, True
+
+        replayed = self._map(replay)
+        return [o for o, _ in replayed], [i for i, (_, ok) in enumerate(replayed) if not ok]
+
     def step(self, actions: Sequence[str]) -> list[StepResult]:
         """Steps env i with actions[i]; finished episodes are reset at once."""
         if len(actions) != self.num_envs:
@@ -297,6 +345,7 @@ class VectorEnv:
         def step_one(i: int) -> StepResult:
             result = self._workers[i].step(actions[i])
             if not result.done:
+                self._episode_actions[i].append(actions[i])
                 return result
             self._episodes[i] += 1
             info = dict(result.info, final_observation=result.observation)

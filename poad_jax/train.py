@@ -307,12 +307,15 @@ def checkpoint_meta(update: int, collector: RolloutCollector, envs, rollout_rng,
     episode history, and under `hosts` each process's own history and NumPy
     generator (Orbax writes this JSON from process 0 only)."""
     mine = {"episode_counters": envs.episode_counters, "episodes": collector.stats.state_dict(),
-            "numpy_rng": checkpoint_lib.numpy_rng_state(collector.np_rng)}
+            "numpy_rng": checkpoint_lib.numpy_rng_state(collector.np_rng),
+            "in_progress": episodes_in_progress(collector, envs)}
     everyone = hosts.allgather_json(mine)
     meta = {
         "update": update,
         "env_steps": collector.env_steps,
         "episode_counters": [c for host in everyone for c in host["episode_counters"]],
+        "in_progress": {key: [v for host in everyone for v in host["in_progress"][key]]
+                        for key in everyone[0]["in_progress"]},
         "episodes": merge_episode_states([host["episodes"] for host in everyone]),
         "numpy_rng": everyone[0]["numpy_rng"],
         "rollout_rng": np.asarray(jax.random.key_data(rollout_rng)).tolist(),
@@ -321,6 +324,32 @@ def checkpoint_meta(update: int, collector: RolloutCollector, envs, rollout_rng,
     if len(everyone) > 1:
         meta["hosts"] = [{"episodes": host["episodes"], "numpy_rng": host["numpy_rng"]} for host in everyone]
     return meta
+
+
+def episodes_in_progress(collector: RolloutCollector, envs) -> dict[str, list[Any]]:
+    """Per thread (this process's, in order): the actions of the episode in progress, the digest of the
+    observation they led to and the return so far, so that a resumed run continues each episode where
+    the checkpoint left it (`restore_episodes`) rather than restarting it."""
+    return {"actions": envs.episode_actions,
+            "digests": [envs_py.observation_digest(o) for o in collector.observations],
+            "returns": list(collector.stats.running_return)}
+
+
+def restore_episodes(meta: dict[str, Any], collector: RolloutCollector, envs, counters: list[int],
+                     first_thread: int, same_layout: bool) -> list[int]:
+    """Resets the envs to their checkpointed episodes and replays each episode in progress (its actions,
+    checked against the observation's digest); restores the running returns.  Checkpoints written
+    before episodes were kept, or under another process layout, restart every episode.  Returns the
+    threads (this process's) whose episode restarted although one was in progress."""
+    saved = meta.get("in_progress")
+    if saved is None or not same_layout:
+        collector.observations = envs.reset(counters)
+        return []
+    mine = slice(first_thread, first_thread + envs.num_envs)
+    actions, digests, returns = saved["actions"][mine], saved["digests"][mine], saved["returns"][mine]
+    collector.observations, restarted = envs.resume(counters, actions, digests)
+    collector.stats.running_return = [0.0 if b in restarted else float(r) for b, r in enumerate(returns)]
+    return [b for b in restarted if actions[b]]
 
 
 def host_meta(meta: dict[str, Any], index: int, count: int, first_thread: int,
@@ -503,7 +532,13 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
             if numpy_rng is not None:
                 checkpoint_lib.set_numpy_rng_state(collector.np_rng, numpy_rng)
             rollout_rng = jax.random.wrap_key_data(jnp.asarray(meta["rollout_rng"], jnp.uint32))
-            collector.observations = envs.reset(counters)
+            saved_layout = meta.get("hosts")
+            same_layout = len(saved_layout) == count if saved_layout is not None else count == 1
+            restarted = restore_episodes(meta, collector, envs, counters, first_thread, same_layout)
+            if restarted:
+                print(f"warning: {len(restarted)} episode(s) in progress at the checkpoint did not replay to the "
+                      f"same observation (threads {[first_thread + b for b in restarted]}); they restart",
+                      file=sys.stderr)
             target_head = jax.tree.map(jnp.copy, state.params["head"])  # restarts from the current head
             if meta.get("metrics") is not None:  # the log agrees with the checkpoint, even if deleted
                 records = list(meta["metrics"])

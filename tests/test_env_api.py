@@ -116,6 +116,34 @@ def test_vector_env_agrees_with_single_envs(mode):
     assert resets >= num_envs
 
 
+@pytest.mark.parametrize("mode", ["inline", "threads", "processes"])
+def test_resume_replays_each_episode_in_progress_to_where_it_was(mode):
+    """`VectorEnv.resume(counters, episode_actions, digests)` in fresh envs continues exactly where the
+    first envs were: the same observations, then the same steps (rewards, ends, resets) as the first
+    envs stepped on; a wrong digest or a replay that ends early restarts that env's episode."""
+    name, num_envs, seed = "overcooked/tomato_salad", 2, 7
+    with envs_py.VectorEnv(name, num_envs, seed=seed, mode=mode) as first:
+        obs = first.reset()
+        for t in range(45):  # mid-episode for both, after at least one auto-reset
+            obs = [r.observation for r in first.step(_policy_actions(t, obs))]
+        counters, actions = first.episode_counters, first.episode_actions
+        assert all(actions) and any(counters), (counters, [len(a) for a in actions])
+        digests = [envs_py.observation_digest(o) for o in obs]
+        with envs_py.VectorEnv(name, num_envs, seed=seed, mode=mode) as second:
+            resumed, restarted = second.resume(counters, actions, digests)
+            assert resumed == obs and restarted == []
+            assert second.episode_actions == actions and second.episode_counters == counters
+            for t in range(45, 70):
+                a, b = first.step(_policy_actions(t, obs)), second.step(_policy_actions(t, obs))
+                assert [(r.reward, r.done, r.observation) for r in a] == [(r.reward, r.done, r.observation) for r in b]
+                obs = [r.observation for r in a]
+        with envs_py.VectorEnv(name, num_envs, seed=seed, mode=mode) as third:
+            fresh = third.reset(counters)
+            resumed, restarted = third.resume(counters, actions, ["0" * 16, digests[1]])
+            assert restarted == [0] and resumed[0] == fresh[0] and third.episode_actions[0] == []
+            assert third.episode_actions[1] == actions[1]
+
+
 def test_vector_env_seeds_each_episode_distinctly():
     with envs_py.VectorEnv("virtualhome/food_preparation", 3, seed=10) as vec:
         vec.reset()

@@ -51,6 +51,28 @@ def test_resume_equals_uninterrupted_training(tmp_path):
         assert [r[key] for r in whole.records] == [r[key] for r in resumed.records], key
 
 
+def test_resume_mid_episode_equals_uninterrupted_training(tmp_path, capsys):
+    """Episodes of 3 steps against rollouts of 4: the checkpoint after update 2 has episodes in progress.
+    The resumed run replays them (their actions, checked by the observation's digest, and their returns
+    so far), so every update and every finished episode equals the uninterrupted run's."""
+    def config():
+        c = short_toy_config(5)
+        c.env.kwargs.horizon = 3
+        c.env.kwargs.rewarded = "red"  # so that the episodes in progress at the checkpoint have returns
+        return c
+
+    whole = train.run(config(), tmp_path / "whole", show_progress=False)
+    train.run(config(), tmp_path / "split", show_progress=False, max_updates=2)
+    meta = json.loads((tmp_path / "split" / "checkpoints" / "2" / "meta" / "metadata").read_text())
+    assert any(meta["in_progress"]["actions"]) and any(meta["in_progress"]["returns"])
+    resumed = train.run(config(), tmp_path / "split", show_progress=False)
+    assert "did not replay" not in capsys.readouterr().err
+    for a, b in zip(jax.tree.leaves(whole.state.params), jax.tree.leaves(resumed.state.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for key in ("episodes", "episode_return", "policy_loss", "value_loss", "approx_kl"):
+        assert [r.get(key) for r in whole.records] == [r.get(key) for r in resumed.records], key
+
+
 def test_kill_minus_nine_then_resume(tmp_path):
     workdir = tmp_path / "killed"
     updates = 12
