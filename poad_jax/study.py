@@ -705,10 +705,9 @@ def cell_table(study: Study, workdir: pathlib.Path) -> list[str]:
             continue
         status = "done" if row.finished else f"running ({row.env_steps:,} of {row.total_env_steps:,})"
         first = "-" if math.isnan(row.first_success) else f"{row.first_success:,.0f}"
-        value = lambda x: "-" if math.isnan(x) else f"{x:.3f}"  # noqa: E731
         so_far = "" if row.finished else " (so far)"
         lines.append(f"| {row.name} | {status} | {row.env_steps:,} | {row.episodes:,} | {first} | "
-                     f"{value(row.final_return)}{so_far} | {value(row.final_success)}{so_far} | "
+                     f"{_number(row.final_return)}{so_far} | {_number(row.final_success)}{so_far} | "
                      f"{_format_seconds(row.seconds)} |")
     return lines
 
@@ -756,7 +755,6 @@ def step_outcome_table(study: Study, workdir: pathlib.Path) -> list[str]:
         return []
     succeeded, reward = names.get("succeeded", "succeeded"), names.get("reward", "reward")
     fraction = float(study.report.get("final_fraction", 0.1))
-    value = lambda x: "-" if math.isnan(x) else f"{x:.3f}"  # noqa: E731
     lines = [f"Steps per cell ({succeeded} steps and their {reward}; means weighted by step):", "",
              f"| cell | status | env steps | {succeeded} | fraction {succeeded} | mean {reward} of {succeeded} | "
              f"same, last {fraction:.0%} of env steps | best {reward} |", "|" + "---|" * 8]
@@ -769,9 +767,9 @@ def step_outcome_table(study: Study, workdir: pathlib.Path) -> list[str]:
         row = step_outcomes(records, fraction)
         status = "done" if cell_finished(cell_dir, total) else f"running ({row.steps:,} of {total:,})"
         share = row.succeeded / row.steps if row.steps else float("nan")
-        lines.append(f"| {cell.name} | {status} | {row.steps:,} | {row.succeeded:,} | {value(share)} | "
-                     f"{value(row.mean_reward)} | {value(row.final_mean_reward)} | {value(row.best_reward)} |")
-    return lines + [""]
+        lines.append(f"| {cell.name} | {status} | {row.steps:,} | {row.succeeded:,} | {_number(share)} | "
+                     f"{_number(row.mean_reward)} | {_number(row.final_mean_reward)} | {_number(row.best_reward)} |")
+    return lines
 
 
 def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -792,6 +790,11 @@ def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.n
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns before a seed's first episode
         return grid_steps, np.nanmean(stacked, axis=0), np.nanstd(stacked, axis=0)
+
+
+def _number(x: float) -> str:
+    """A table cell: three decimals, or "-" for NaN."""
+    return "-" if math.isnan(x) else f"{x:.3f}"
 
 
 def _fmt(mean: float, std: float, count: int) -> str:
@@ -982,7 +985,8 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
     lines += ["", "Per cell (finished and running; the group rows above count finished cells only; time in updates "
               "excludes start-up and compilation):", ""] + per_cell
     outcomes = step_outcome_table(study, workdir)
-    lines += [""] + outcomes[:-1] if outcomes else []
+    if outcomes:
+        lines += [""] + outcomes
     lines += ["", "![return](return.png)", "", "![success](success.png)"]
     if report.get("heatmap"):
         lines += ["", "![heatmap](heatmap.png)"]

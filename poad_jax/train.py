@@ -335,6 +335,12 @@ def episodes_in_progress(collector: RolloutCollector, envs) -> dict[str, list[An
             "returns": list(collector.stats.running_return)}
 
 
+def same_process_layout(meta: dict[str, Any], count: int) -> bool:
+    """True if the checkpoint was written by `count` processes (one: the format before several)."""
+    saved = meta.get("hosts")
+    return len(saved) == count if saved is not None else count == 1
+
+
 def restore_episodes(meta: dict[str, Any], collector: RolloutCollector, envs, counters: list[int],
                      first_thread: int, same_layout: bool) -> list[int]:
     """Resets the envs to their checkpointed episodes and replays each episode in progress (its actions,
@@ -366,10 +372,10 @@ def host_meta(meta: dict[str, Any], index: int, count: int, first_thread: int,
     """
     counters = list(meta["episode_counters"])[first_thread:first_thread + threads]
     saved = meta.get("hosts")
-    if saved is not None and len(saved) == count:
-        return counters, saved[index]["episodes"], saved[index]["numpy_rng"]
-    if saved is None and count == 1:  # written by one process (the format before several processes)
-        return counters, meta.get("episodes", meta), meta["numpy_rng"]
+    if same_process_layout(meta, count):
+        if saved is not None:
+            return counters, saved[index]["episodes"], saved[index]["numpy_rng"]
+        return counters, meta.get("episodes", meta), meta["numpy_rng"]  # written by one process
     return counters, meta["episodes"] if index == 0 else {}, None
 
 
@@ -532,9 +538,8 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
             if numpy_rng is not None:
                 checkpoint_lib.set_numpy_rng_state(collector.np_rng, numpy_rng)
             rollout_rng = jax.random.wrap_key_data(jnp.asarray(meta["rollout_rng"], jnp.uint32))
-            saved_layout = meta.get("hosts")
-            same_layout = len(saved_layout) == count if saved_layout is not None else count == 1
-            restarted = restore_episodes(meta, collector, envs, counters, first_thread, same_layout)
+            restarted = restore_episodes(meta, collector, envs, counters, first_thread,
+                                         same_process_layout(meta, count))
             if restarted:
                 print(f"warning: {len(restarted)} episode(s) in progress at the checkpoint did not replay to the "
                       f"same observation (threads {[first_thread + b for b in restarted]}); they restart",
