@@ -17,14 +17,21 @@ and the probability that each policy follows the whole path.  Used in
 docs/results.md to explain why SmolLM2 starts below a uniform choice and how
 differently the two ways of sampling explore.  About 1 min on 2 cores.
 
-    .venv/bin/python scripts/virtualhome_prior.py [--model=smollm2-135m-instruct]
+With `--workdir=RUN` the same table for a trained run's actor (its newest
+checkpoint, LoRA merged; the model is the run's): what a run learnt to do
+along the path, e.g. which action a collapsed policy always takes.
+
+    .venv/bin/python scripts/virtualhome_prior.py [--model=smollm2-135m-instruct | --workdir=runs/...]
 """
 
 import argparse
+import pathlib
+import sys
 
 import numpy as np
 
 from envs_py.virtualhome.env import VirtualHomeEnv
+from poad_jax.export import ExportError, load_trained_actor
 from poad_jax.models.loading import load
 from poad_jax.sampling import Sampler
 
@@ -35,8 +42,16 @@ PATH = ("walk to the pancake", "grab the pancake", "walk to the microwave", "ope
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--workdir", type=pathlib.Path, help="a trained run: its actor instead of the base model")
     args = parser.parse_args()
-    model, tokenizer = load(args.model)
+    if args.workdir is None:
+        model, tokenizer = load(args.model)
+    else:
+        try:
+            _, model, tokenizer, state = load_trained_actor(args.workdir)
+        except ExportError as error:
+            sys.exit(f"error: {error}")
+        print(f"{args.workdir}: actor after update {int(state.update_step)}")
     sampler = Sampler(model)
     env = VirtualHomeEnv("food_preparation")
     observation = env.reset(seed=0)
