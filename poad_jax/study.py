@@ -412,14 +412,39 @@ def prepare_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> N
     })
 
 
-def record_session(workdir: pathlib.Path, started: float, cells_run: int) -> None:
-    """Appends this invocation's wall time to study.json (the report states the total)."""
+def open_session(workdir: pathlib.Path, started: float) -> int:
+    """Appends this invocation to study.json's sessions (not ended yet); returns its index.
+
+    `update_session` keeps its seconds current while cells run, so an
+    invocation cut off by `kill -9` or a session's end still counts, up to
+    its last update, in the wall time the report states.
+    """
     data = read_json(workdir / STUDY_FILE) or {}
     data.setdefault("sessions", []).append({
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "seconds": round(time.time() - started, 1), "cells_run": cells_run,
+        "seconds": 0.0, "cells_run": 0, "ended": False,
     })
     write_json_atomic(workdir / STUDY_FILE, data)
+    return len(data["sessions"]) - 1
+
+
+def update_session(workdir: pathlib.Path, index: int, started: float, cells_run: int, ended: bool) -> None:
+    """Sets the wall time so far (and whether it ended normally) of session `index` in study.json."""
+    data = read_json(workdir / STUDY_FILE) or {}
+    sessions = data.get("sessions", [])
+    if index < len(sessions):
+        sessions[index].update(seconds=round(time.time() - started, 1), cells_run=cells_run, ended=ended)
+        write_json_atomic(workdir / STUDY_FILE, data)
+
+
+def repo_commit() -> str:
+    """The checkout's short commit, with `-dirty` when tracked files differ from it; `unknown` outside git."""
+    try:
+        described = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=REPO,
+                                   capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return described.stdout.strip() if described.returncode == 0 and described.stdout.strip() else "unknown"
 
 
 def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool = True,
@@ -431,11 +456,16 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
     with study_lock_dir(workdir):
         prepare_workdir(study, workdir, cells)
         started = time.time()
+        session = open_session(workdir, started)
         launched: list[str] = []
+
+        def heartbeat() -> None:
+            update_session(workdir, session, started, len(launched), ended=False)
+
         try:
-            return _run_cells(study, workdir, cells, configs, workers, reuse, log, launched)
+            return _run_cells(study, workdir, cells, configs, workers, reuse, log, launched, heartbeat)
         finally:
-            record_session(workdir, started, len(launched))
+            update_session(workdir, session, started, len(launched), ended=True)
 
 
 def seed_major(cells: list[Cell], seeds: tuple[int, ...]) -> list[Cell]:
@@ -447,8 +477,11 @@ def seed_major(cells: list[Cell], seeds: tuple[int, ...]) -> list[Cell]:
     return sorted(cells, key=lambda cell: seeds.index(cell.seed))  # stable: grid order within a seed
 
 
+HEARTBEAT_SECONDS = 60.0  # how often a running invocation writes its wall time so far to study.json
+
+
 def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: dict[str, Any], workers: int,
-               reuse: bool, log, launched: list[str]) -> dict[str, str]:
+               reuse: bool, log, launched: list[str], heartbeat=lambda: None) -> dict[str, str]:
     totals = {name: int(config.total_env_steps) for name, config in configs.items()}
     status: dict[str, str] = {}
     pending: list[Cell] = []
@@ -482,12 +515,16 @@ def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: 
             + (f", {failed} failed" if failed else "") + f" of {len(cells)}; "
             f"elapsed {_format_seconds(time.monotonic() - started)}{eta}")
 
+    commit = repo_commit()
+
     def launch(cell: Cell) -> None:
         cell_dir = workdir / "cells" / cell.name
         cell_dir.mkdir(parents=True, exist_ok=True)
+        commits = list((read_json(cell_dir / CELL_FILE) or {}).get("commits", []))  # a resumed cell keeps its history
         write_json_atomic(cell_dir / CELL_FILE, {
             "overrides": _comparable(cell.overrides), "base_config": str(study.base_config),
             "group": [list(g) for g in cell.group], "seed": cell.seed, "status": "running",
+            "commits": commits + ([commit] if commit not in commits else []),
         })
         log_file = open(cell_dir / "train.log", "a")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -496,6 +533,7 @@ def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: 
                                    preexec_fn=_die_with_parent)
         running[cell.name] = (process, time.monotonic(), log_file)
         launched.append(cell.name)
+        heartbeat()  # on record from its first cell, even if killed before the next heartbeat
 
     def finish(name: str, returncode: int) -> None:
         process, start, log_file = running.pop(name)
@@ -517,8 +555,12 @@ def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: 
 
     if not pending:
         progress()
+    last_beat = time.monotonic()
     try:
         while pending or running:
+            if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
+                heartbeat()
+                last_beat = time.monotonic()
             changed = False
             while pending and len(running) < workers:
                 launch(pending.pop(0))
@@ -900,11 +942,30 @@ def plot_heatmap(study: Study, results: list[GroupResult], path: pathlib.Path) -
     plt.close(figure)
 
 
+def _commits_line(study: Study, workdir: pathlib.Path) -> str:
+    """Which commits the study's own cells ran at (a resumed cell may list several), from cell.json."""
+    commits: dict[str, int] = {}
+    unrecorded = 0
+    for cell in grid(study):
+        cell_dir = workdir / "cells" / cell.name
+        if cell_dir.is_symlink() or not cell_dir.exists():
+            continue
+        recorded = (read_json(cell_dir / CELL_FILE) or {}).get("commits") or []
+        unrecorded += not recorded
+        for commit in recorded:
+            commits[commit] = commits.get(commit, 0) + 1
+    parts = [f"{commit} ({count} cell{'s' if count > 1 else ''})" for commit, count in commits.items()]
+    if unrecorded:
+        parts.append(f"not recorded for {unrecorded} cell{'s' if unrecorded > 1 else ''} (run before commits were recorded)")
+    return "cells ran at " + (", ".join(parts) if parts else "no commit yet")
+
+
 def provenance(study: Study, workdir: pathlib.Path) -> str:
-    """One markdown line: command, commit, machine, date and wall time of the study's cells."""
+    """One markdown line: command, commits, machine, date and wall time of the study's cells."""
     data = read_json(workdir / STUDY_FILE) or {}
     sessions = data.get("sessions", [])
     wall = sum(s.get("seconds", 0.0) for s in sessions)
+    cut_off = sum(not s.get("ended", True) for s in sessions)  # entries written before `ended` existed ended
     cell_seconds = 0.0
     reused = 0
     for cell in grid(study):
@@ -914,8 +975,6 @@ def provenance(study: Study, workdir: pathlib.Path) -> str:
             continue
         summary = summarise_cell(study, workdir, cell)  # summed from the metrics: survives interrupted sessions
         cell_seconds += summary.seconds if summary is not None else 0.0
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip() or "unknown"
     cpu = "unknown CPU"
     with contextlib.suppress(OSError):
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -924,10 +983,11 @@ def provenance(study: Study, workdir: pathlib.Path) -> str:
                 break
     dates = sorted(s["started"][:10] for s in sessions if s.get("started"))
     command = f"python -m poad_jax.study --study={os.path.relpath(study.path, REPO)}"
+    cut = f", {cut_off} of them cut off (counted to their last minute)" if cut_off else ""
     when = (f"run {dates[0]}{' to ' + dates[-1] if len(set(dates)) > 1 else ''}; wall time {_format_seconds(wall)} "
-            f"over {len(sessions)} completed invocation(s), " if sessions else
-            "no invocation completed yet (interrupted sessions are not recorded); ")
-    return (f"Command `{command}` (resumable); commit {commit}; {os.cpu_count()} cores, {cpu}; {when}"
+            f"over {len(sessions)} invocation(s){cut}, " if sessions else "no invocation recorded yet; ")
+    return (f"Command `{command}` (resumable); {_commits_line(study, workdir)}; report at {repo_commit()}; "
+            f"{os.cpu_count()} cores, {cpu}; {when}"
             f"{_format_seconds(cell_seconds)} in the cells' updates"
             + (f" ({reused} cells reused from sibling studies, whose time counts there)." if reused else "."))
 

@@ -154,13 +154,19 @@ def test_kill_9_of_the_runner_kills_its_trainer_and_a_rerun_resumes(tmp_path):
         time.sleep(0.1)
     assert trainer_pids(cell_dir) == []
     assert json.loads((cell_dir / "cell.json").read_text())["status"] == "running"
+    sessions = json.loads((workdir / "study.json").read_text())["sessions"]
+    assert len(sessions) == 1 and sessions[0]["ended"] is False  # the killed invocation is on record
 
     result = run_cli(f"--study={study_file}", f"--workdir={workdir}")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "resuming" in (cell_dir / "train.log").read_text()
     records = [json.loads(line) for line in (cell_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in records] == [1, 2, 3, 4, 5, 6]
-    assert json.loads((cell_dir / "cell.json").read_text())["status"] == "done"
+    cell = json.loads((cell_dir / "cell.json").read_text())
+    assert cell["status"] == "done"
+    assert cell["commits"] == [study_lib.repo_commit()]  # both launches at this checkout's commit, listed once
+    sessions = json.loads((workdir / "study.json").read_text())["sessions"]
+    assert [s["ended"] for s in sessions] == [False, True] and all(s["cells_run"] == 1 for s in sessions)
 
 
 def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -294,6 +300,28 @@ def test_the_report_counts_finished_cells_and_lists_running_ones_with_their_time
         total = sum(r[key] for r in recs for key in study_lib.PHASE_SECONDS)
         assert rows[name][7] == study_lib._format_seconds(total)
         assert rows[name][3] == str(recs[-1]["episodes"])
+
+
+def test_provenance_names_each_cells_commits_and_counts_cut_off_invocations(tmp_path):
+    """The published line says which commits the cells ran at (cells resumed across commits list each),
+    which cells predate that record, and the wall time of every invocation, cut-off ones included."""
+    study = study_lib.load_study(write_study(tmp_path, updates=1, methods=("poad", "ntpo", "twosome"), seeds=(0,)))
+    workdir = tmp_path / "runs"
+    record = [{"update": 1, "env_steps": 16, "episodes": 1, "episode_return": 0.0, "success_rate": 0.0}]
+    for name, commits in (("POAD__seed=0", ["abc1234", "def5678"]), ("NTPO__seed=0", ["abc1234"]),
+                          ("TWOSOME__seed=0", None)):
+        _fake_cell(workdir, name, record, "done")
+        if commits is not None:
+            (workdir / "cells" / name / "cell.json").write_text(json.dumps({"status": "done", "commits": commits}))
+    (workdir / "study.json").write_text(json.dumps({"sessions": [
+        {"started": "2026-11-20T10:00:00Z", "seconds": 100.0, "cells_run": 1},  # written before `ended` existed
+        {"started": "2026-11-21T10:00:00Z", "seconds": 50.0, "cells_run": 1, "ended": False},
+        {"started": "2026-11-22T10:00:00Z", "seconds": 30.0, "cells_run": 1, "ended": True},
+    ]}))
+    line = study_lib.provenance(study, workdir)
+    assert "cells ran at abc1234 (2 cells), def5678 (1 cell), not recorded for 1 cell" in line
+    assert "run 2026-11-20 to 2026-11-22; wall time 3m00s over 3 invocation(s), 1 of them cut off" in line
+    assert f"report at {study_lib.repo_commit()};" in line
 
 
 def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
