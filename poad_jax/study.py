@@ -956,8 +956,8 @@ def _commits_line(study: Study, workdir: pathlib.Path) -> str:
             commits[commit] = commits.get(commit, 0) + 1
     parts = [f"{commit} ({count} cell{'s' if count > 1 else ''})" for commit, count in commits.items()]
     if unrecorded:
-        parts.append(f"not recorded for {unrecorded} cell{'s' if unrecorded > 1 else ''} (run before commits were recorded)")
-    return "cells ran at " + (", ".join(parts) if parts else "no commit yet")
+        parts.append(f"not recorded for {unrecorded} cell{'s' if unrecorded > 1 else ''} (run before cell.json kept it)")
+    return "the cells' commits: " + (", ".join(parts) if parts else "none yet")
 
 
 def provenance(study: Study, workdir: pathlib.Path) -> str:

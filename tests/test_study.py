@@ -319,7 +319,7 @@ def test_provenance_names_each_cells_commits_and_counts_cut_off_invocations(tmp_
         {"started": "2026-11-22T10:00:00Z", "seconds": 30.0, "cells_run": 1, "ended": True},
     ]}))
     line = study_lib.provenance(study, workdir)
-    assert "cells ran at abc1234 (2 cells), def5678 (1 cell), not recorded for 1 cell" in line
+    assert "the cells' commits: abc1234 (2 cells), def5678 (1 cell), not recorded for 1 cell" in line
     assert "run 2026-11-20 to 2026-11-22; wall time 3m00s over 3 invocation(s), 1 of them cut off" in line
     assert f"report at {study_lib.repo_commit()};" in line
 
