@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Copies the paper-task studies' small per-cell files (metrics.jsonl, config.json,
-# cell.json, finished.json) and each study.json into docs/results/raw/, so the
+# cell.json, finished.json) and each study.json into docs/results/raw/ (a cell
+# reused from a sibling study gets a REUSED note instead), so the
 # numbers in docs/results.md survive a lost machine. Checkpoints are not copied.
 #   bash scripts/snapshot_studies.sh [RUNS_DIR]   (default: runs/studies)
 set -euo pipefail
@@ -16,6 +17,10 @@ for study_dir in "$runs"/*/; do
     [ -f "$cell_dir/metrics.jsonl" ] || continue
     target="docs/results/raw/$study/$(basename "$cell_dir")"
     mkdir -p "$target"
+    if [ -L "${cell_dir%/}" ]; then  # reused from a sibling study, whose snapshot holds its files
+      echo "reused: $(readlink "${cell_dir%/}")" > "$target/REUSED"
+      continue
+    fi
     for name in metrics.jsonl config.json cell.json finished.json; do
       [ -f "$cell_dir/$name" ] && cp "$cell_dir/$name" "$target/"
     done
