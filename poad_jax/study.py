@@ -481,7 +481,7 @@ HEARTBEAT_SECONDS = 60.0  # how often a running invocation writes its wall time 
 
 
 def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: dict[str, Any], workers: int,
-               reuse: bool, log, launched: list[str], heartbeat=lambda: None) -> dict[str, str]:
+               reuse: bool, log, launched: list[str], heartbeat) -> dict[str, str]:
     totals = {name: int(config.total_env_steps) for name, config in configs.items()}
     status: dict[str, str] = {}
     pending: list[Cell] = []
