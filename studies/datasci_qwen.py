@@ -1,11 +1,10 @@
 """POAD vs NTPO on DataSciCoding (balance_scale) with Qwen2.5-Coder-0.5B-Instruct (paper §6.2).
 
 The preset configs/datasci_qwen.py (256 new tokens, bfloat16 matmuls, 4
-threads x 4 steps per update) for 128 env steps (8 updates), one seed per
-method: at about 7 minutes per update both cells take about 2 hours, what
-fits beside the other work of a 3-hour session on 2 cores.  Actor lr 1e-4 as chosen for SmolLM2 on VirtualHome
-(`studies/virtualhome_lr.py`): a Qwen sweep is out of reach here, one update
-costs about 7 minutes on 2 cores.  NTPO: gamma_w = gamma = 0.95.  The
+threads x 4 steps per update) for 192 env steps (12 updates), one seed per
+method: at about 5 minutes per update on a quiet 2-core machine both cells
+take about 2 hours.  Actor lr 1e-4 as chosen for SmolLM2 on VirtualHome
+(`studies/virtualhome_lr.py`): a Qwen sweep is out of reach here.  NTPO: gamma_w = gamma = 0.95.  The
 per-update metrics hold the runnable count (`steps_succeeded`), the mean step
 reward (AUC when the program ran, -1 when it failed) and the best program's
 AUC so far (`best_step_reward`); the report tabulates per cell the fraction of
@@ -20,7 +19,7 @@ def get_study():
     return {
         "name": "datasci_qwen",
         "base_config": "configs/datasci_qwen.py",
-        "fixed": {"total_env_steps": 128, "ppo.actor_lr": 1e-4},
+        "fixed": {"total_env_steps": 192, "ppo.actor_lr": 1e-4},
         "axes": {
             "variant": [
                 {"label": "POAD", "method": "poad"},
