@@ -1018,10 +1018,14 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
     metric = report.get("metric", "episode_return")
     fraction = float(report.get("final_fraction", 0.1))
     threshold = report.get("threshold")
-    plot_curves(study, results, workdir / "return.png", "return")
-    plot_curves(study, results, workdir / "success.png", "success")
-    if report.get("heatmap"):
-        plot_heatmap(study, results, workdir / "heatmap.png")
+    any_finished = any(r.curves for r in results)
+    for figure in ("return", "success", "heatmap"):  # none left from an earlier report
+        (workdir / f"{figure}.png").unlink(missing_ok=True)
+    if any_finished:
+        plot_curves(study, results, workdir / "return.png", "return")
+        plot_curves(study, results, workdir / "success.png", "success")
+        if report.get("heatmap"):
+            plot_heatmap(study, results, workdir / "heatmap.png")
     header = ["group", "seeds", f"final {metric}", "final success"]
     if any(r.theory is not None for r in results):
         header.append("optimum under its discount")
@@ -1047,9 +1051,12 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
     outcomes = step_outcome_table(study, workdir)
     if outcomes:
         lines += [""] + outcomes
-    lines += ["", "![return](return.png)", "", "![success](success.png)"]
-    if report.get("heatmap"):
-        lines += ["", "![heatmap](heatmap.png)"]
+    if any_finished:
+        lines += ["", "![return](return.png)", "", "![success](success.png)"]
+        if report.get("heatmap"):
+            lines += ["", "![heatmap](heatmap.png)"]
+    else:
+        lines += ["", "No cell has finished yet: the seed-band figures come with the first finished cell."]
     path = workdir / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path

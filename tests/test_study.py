@@ -302,6 +302,27 @@ def test_the_report_counts_finished_cells_and_lists_running_ones_with_their_time
         assert rows[name][3] == str(recs[-1]["episodes"])
 
 
+def test_a_report_before_any_cell_finishes_has_its_tables_and_no_figures(tmp_path):
+    """With every cell still running the report is written (tables, no seed bands), says so, links no
+    figure and leaves none from an earlier report behind; a finished cell brings the figures back."""
+    study = study_lib.load_study(write_study(tmp_path, updates=2, seeds=(0,)))
+    workdir = tmp_path / "runs"
+    record = {"update": 1, "env_steps": 16, "episodes": 1, "episode_return": 0.5, "success_rate": 1.0}
+    _fake_cell(workdir, "POAD__seed=0", [record], "running")
+    (workdir / "return.png").write_bytes(b"stale")
+    study_lib.write_report(study, workdir)
+    text = (workdir / "report.md").read_text()
+    assert "| POAD__seed=0 | running (16 of 32) |" in text
+    assert "No cell has finished yet" in text and ".png" not in text
+    assert not (workdir / "return.png").exists() and not (workdir / "success.png").exists()
+    (workdir / "cells" / "POAD__seed=0" / "metrics.jsonl").write_text(
+        "".join(json.dumps({**record, "update": u, "env_steps": 16 * u}) + "\n" for u in (1, 2)))
+    (workdir / "cells" / "POAD__seed=0" / "cell.json").write_text(json.dumps({"status": "done"}))
+    study_lib.write_report(study, workdir)
+    assert "![return](return.png)" in (workdir / "report.md").read_text()
+    assert (workdir / "return.png").stat().st_size > 1000 and (workdir / "success.png").exists()
+
+
 def test_provenance_names_each_cells_commits_and_counts_cut_off_invocations(tmp_path):
     """The published line says which commits the cells ran at (cells resumed across commits list each),
     which cells predate that record, and the wall time of every invocation, cut-off ones included."""
