@@ -998,13 +998,14 @@ def publish(study: Study, workdir: pathlib.Path, directory: pathlib.Path) -> pat
 
     directory.mkdir(parents=True, exist_ok=True)
     text = (workdir / "report.md").read_text()
+    line = provenance(study, workdir)  # before writing: the commit is not "-dirty" from this report's own files
     for figure in ("return", "success", "heatmap"):
         source = workdir / f"{figure}.png"
         if source.exists():
             shutil.copyfile(source, directory / f"{study.name}_{figure}.png")
             text = text.replace(f"({figure}.png)", f"({study.name}_{figure}.png)")
     path = directory / f"{study.name}.md"
-    path.write_text(text + "\n" + provenance(study, workdir) + "\n")
+    path.write_text(text + "\n" + line + "\n")
     return path
 
 

@@ -323,6 +323,22 @@ def test_a_report_before_any_cell_finishes_has_its_tables_and_no_figures(tmp_pat
     assert (workdir / "return.png").stat().st_size > 1000 and (workdir / "success.png").exists()
 
 
+def test_publish_takes_the_commit_before_writing_its_own_files(tmp_path, monkeypatch):
+    """Publishing into a checkout must not record it as `-dirty` because of the files it is publishing:
+    the provenance line is taken before the first figure or page is written."""
+    study = study_lib.load_study(write_study(tmp_path, updates=1, seeds=(0,)))
+    workdir, published = tmp_path / "runs", tmp_path / "published"
+    record = {"update": 1, "env_steps": 16, "episodes": 1, "episode_return": 0.5, "success_rate": 1.0}
+    _fake_cell(workdir, "POAD__seed=0", [record], "done")
+    study_lib.write_report(study, workdir)
+    seen = []
+    monkeypatch.setattr(study_lib, "provenance",
+                        lambda study, workdir: seen.append(sorted(p.name for p in published.iterdir())) or "LINE")
+    path = study_lib.publish(study, workdir, published)
+    assert seen == [[]]
+    assert path.read_text().endswith("\nLINE\n") and (published / f"{study.name}_return.png").exists()
+
+
 def test_provenance_names_each_cells_commits_and_counts_cut_off_invocations(tmp_path):
     """The published line says which commits the cells ran at (cells resumed across commits list each),
     which cells predate that record, and the wall time of every invocation, cut-off ones included."""
