@@ -2,7 +2,7 @@
 # The paper-task studies of docs/results.md, one cell at a time: VirtualHome
 # food preparation with SmolLM2-135M (the learning-rate sweep, then POAD vs
 # NTPO vs TWOSOME over three seeds, 7-8 hours on 2 cores), then DataSciCoding
-# with Qwen2.5-Coder-0.5B (POAD vs NTPO, about 2 hours), then POAD sampling as
+# with Qwen2.5-Coder-0.5B (POAD vs NTPO, about 1.5 hours), then POAD sampling as
 # the paper's code does on VirtualHome (3 new cells, about 2 hours); then the reports.
 # Resumable: re-run the same command after any interruption (finished cells
 # are skipped, a cell in progress resumes from its last checkpoint).

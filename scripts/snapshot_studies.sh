@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Copies the paper-task studies' small per-cell files (metrics.jsonl, config.json,
-# cell.json, finished.json, and DataSciCoding's best program) and each study.json into docs/results/raw/ (a cell
-# reused from a sibling study gets a REUSED note instead), so the
-# numbers in docs/results.md survive a lost machine. Checkpoints are not copied.
+# cell.json, finished.json, and DataSciCoding's best program) and each
+# study.json into docs/results/raw/ (a cell reused from a sibling study gets a
+# REUSED note instead), so the numbers in docs/results.md survive a lost
+# machine. Checkpoints are not copied.
 #   bash scripts/snapshot_studies.sh [RUNS_DIR]   (default: runs/studies)
 set -euo pipefail
 cd "$(dirname "$0")/.."

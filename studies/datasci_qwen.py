@@ -2,9 +2,10 @@
 
 The preset configs/datasci_qwen.py (256 new tokens, bfloat16 matmuls, 4
 threads x 4 steps per update) for 192 env steps (12 updates), one seed per
-method: at about 5 minutes per update on a quiet 2-core machine both cells
-take about 2 hours.  Actor lr 1e-4 as chosen for SmolLM2 on VirtualHome
-(`studies/virtualhome_lr.py`): a Qwen sweep is out of reach here.  NTPO: gamma_w = gamma = 0.95.  The
+method: about 4 minutes per update on a quiet 2-core machine, 1.5 hours
+for both cells (measured 2026-11-24).  Actor lr 1e-4 as chosen for SmolLM2
+on VirtualHome (`studies/virtualhome_lr.py`): a Qwen sweep is out of reach
+here.  NTPO: gamma_w = gamma = 0.95.  The
 per-update metrics hold the runnable count (`steps_succeeded`), the mean step
 reward (AUC when the program ran, -1 when it failed) and the best program's
 AUC so far (`best_step_reward`); the report tabulates per cell the fraction of
