@@ -62,6 +62,10 @@ def default_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.name = "default"
     config.method = "poad"  # poad | ntpo | twosome
+    # A config file that holds per-method settings records the method they are for
+    # ("<file>:<method>", e.g. configs/virtualhome_paper.py:twosome); validation refuses
+    # a --config.method that differs from it.  "": none.
+    config.preset = ""
     config.gamma_w = -1.0  # NTPO's intra-action discount; < 0 means gamma (NTPO) / 1 (POAD, TWOSOME)
     # TWOSOME: encode each state's prompt once and score every candidate action
     # as a continuation of it (exact).  False: every candidate runs the whole
@@ -93,6 +97,9 @@ def default_config() -> ml_collections.ConfigDict:
     config.max_prompt_tokens = 1024
     config.restricted_sampling = "trie"  # trie | action_scores (the paper code's way)
     config.twosome_normalization = "token"  # token | word
+    # The `discounted_return` metric: sum_k gamma^k r_k over an episode's env steps
+    # (the paper's Appendix H reports it at 0.95), logged beside the success rate.
+    config.discounted_return_gamma = 0.95
 
     config.sampling = ml_collections.ConfigDict(
         dict(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=128)
@@ -115,12 +122,25 @@ def default_config() -> ml_collections.ConfigDict:
             critic_lr=5e-5,
             adam_eps=1e-5,
             normalize_advantages=True,
+            # What a minibatch over the KL threshold skips: "update" (actor and critic,
+            # ours) or "actor" (the authors' code: the critic has already stepped).
+            kl_skip="update",
+            # "valid": mean/std over the minibatch's valid elements (ours); "adrl": the
+            # authors' code (token level: the non-zero advantages of the minibatch;
+            # action level: each loss chunk's actions, unbiased std). docs/adrl_parity.md.
+            advantage_normalization="valid",
+            # The policy loss, entropy and approximate KL as the mean of this many equal
+            # row chunks' token means (the authors' gradient_cp_steps); 1: one token mean.
+            loss_chunks=1,
         )
     )
     # kind: "head" (an MLP on the frozen base's features) | "lora" (a second adapter);
     # target_update_every: hard-copy a target critic every K updates (0: off).
+    # bias / init: the head's layers with biases and a zero output layer (ours: V = 0 at
+    # the start), or init="torch" with bias=False (the authors' head: PyTorch's default
+    # random init, no biases; docs/adrl_parity.md).
     config.critic = ml_collections.ConfigDict(
-        dict(kind="head", hidden_sizes=(1024, 512), target_update_every=0)
+        dict(kind="head", hidden_sizes=(1024, 512), target_update_every=0, bias=True, init="zero_output")
     )
 
     # Devices (docs/distributed.md): data (replicas; batch rows split), fsdp (the
@@ -141,15 +161,26 @@ def default_config() -> ml_collections.ConfigDict:
     return config
 
 
+def split_config_argument(spec: str | pathlib.Path) -> tuple[pathlib.Path, str | None]:
+    """`("configs/x.py", "twosome")` for "configs/x.py:twosome" (ml_collections' config-file
+    argument), `(path, None)` for a plain path."""
+    text = str(spec)
+    head, sep, tail = text.rpartition(":")
+    if sep and head.endswith(".py") and "/" not in tail:
+        return pathlib.Path(head), tail
+    return pathlib.Path(text), None
+
+
 def load_config_file(path: str | pathlib.Path) -> ml_collections.ConfigDict:
-    """`get_config()` of a config file given by path (as `--config=` loads it)."""
-    path = pathlib.Path(path)
+    """`get_config()` of a config file given by path (as `--config=` loads it);
+    `get_config(argument)` for "path:argument"."""
+    path, argument = split_config_argument(path)
     if not path.is_file():
         raise ConfigError(f"no config file at {path}")
     spec = importlib.util.spec_from_file_location(f"poad_config_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config()
+    return module.get_config() if argument is None else module.get_config(argument)
 
 
 # ---------------------------------------------------------------------------
@@ -234,6 +265,11 @@ CHECKS: tuple[Check | OneOf, ...] = (
     OneOf("restricted_sampling", lambda: ("trie", "action_scores")),
     OneOf("twosome_normalization", lambda: ("token", "word")),
     OneOf("critic.kind", lambda: ("head", "lora")),
+    OneOf("critic.init", lambda: ("zero_output", "torch")),
+    Check("critic.bias", lambda v: isinstance(v, bool), "True or False"),
+    OneOf("ppo.kl_skip", lambda: ("update", "actor")),
+    OneOf("ppo.advantage_normalization", lambda: ("valid", "adrl")),
+    at_least("ppo.loss_chunks", 1, "1: one token mean over the minibatch"),
     OneOf("env.vector_mode", lambda: ("inline", "threads", "processes")),
     Check("share_prompt", lambda v: isinstance(v, bool), "True or False"),
     Check("gamma_w", lambda v: v < 0 or 0 < v <= 1, "in (0, 1], or negative for the method's default"),
@@ -241,6 +277,7 @@ CHECKS: tuple[Check | OneOf, ...] = (
     at_least("rollout_length", 1),
     at_least("total_env_steps", 1),
     at_least("max_prompt_tokens", 1),
+    within("discounted_return_gamma", 0, 1, open_low=True),
     above("sampling.temperature", 0, "training samples its actions; 0 would be greedy"),
     at_least("sampling.top_k", 0, "0 turns top-k off"),
     within("sampling.top_p", 0, 1, open_low=True, why="1 turns top-p off"),
@@ -318,15 +355,35 @@ def check_field(config: ml_collections.ConfigDict, check: Check | OneOf) -> None
         raise ConfigError(f"{check.field} must be {check.must}, got {_shown(value)}{why}")
 
 
+def _check_preset(config: ml_collections.ConfigDict) -> None:
+    """A preset's per-method settings are for the method it names (`<file>:<method>`)."""
+    preset = str(_value_or_default(config, "preset", default_config()))
+    if not preset:
+        return
+    path, _, method = preset.rpartition(":")
+    if method and method != config.method:
+        raise ConfigError(
+            f"method is {config.method!r} but the preset {path} holds the settings of {method!r}: choose the method "
+            f"with --config={path}:{config.method} (not --config.method)"
+        )
+
+
 def _check_together(config: ml_collections.ConfigDict) -> None:
     """Checks between fields: the rollout's rows split evenly into minibatches and
-    micro-batches, and whole rollout threads onto each device of the rows' mesh axes."""
+    micro-batches (and loss chunks), and whole rollout threads onto each device of
+    the rows' mesh axes."""
     rows = config.num_threads * config.rollout_length
     chunks = config.ppo.num_minibatches * config.ppo.accumulation_steps
     if rows % chunks:
         raise ConfigError(
             f"num_threads x rollout_length ({rows}) must be divisible by ppo.num_minibatches x "
             f"ppo.accumulation_steps ({config.ppo.num_minibatches} x {config.ppo.accumulation_steps})"
+        )
+    loss_chunks = int(_value_or_default(config, "ppo.loss_chunks", default_config()))
+    if (rows // config.ppo.num_minibatches) % loss_chunks:
+        raise ConfigError(
+            f"a minibatch's rows ({rows // config.ppo.num_minibatches}) must be divisible by ppo.loss_chunks "
+            f"({loss_chunks})"
         )
     row_devices = config.mesh.data * config.mesh.fsdp  # a -1 axis is checked once the devices are known
     if row_devices > 1 and config.num_threads % row_devices:
@@ -363,6 +420,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     checks between fields.  Raises ConfigError with one line naming the field."""
     for check in CHECKS:
         check_field(config, check)
+    _check_preset(config)
     _check_together(config)
     _check_processes(config)
 

@@ -61,7 +61,7 @@ def load_trained_actor(workdir: pathlib.Path):
     from poad_jax import train
     from poad_jax.learner import init_train_state
     from poad_jax.methods import make_method
-    from poad_jax.policy import ValueHead, merge_model, split_policy
+    from poad_jax.policy import merge_model, split_policy
 
     if not workdir.is_dir():
         raise ExportError(f"no run directory at {workdir}")
@@ -78,7 +78,7 @@ def load_trained_actor(workdir: pathlib.Path):
         model, tokenizer = train.load_model(config)
     except train.TrainError as error:
         raise ExportError(str(error)) from None
-    head = ValueHead(model.config.hidden_size, tuple(config.critic.hidden_sizes), rngs=nnx.Rngs(0))
+    head = train.build_value_head(model, config, 0)
     graph, frozen, params = split_policy(model, head)
     if config.critic.kind == "lora":
         params["critic_lora"] = train._fresh_critic_lora(model, int(config.seed))

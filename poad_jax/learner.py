@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+import chex
 import jax
 import jax.numpy as jnp
 import optax
@@ -61,6 +62,10 @@ class LearnerConfig:
     temperature: float
     normalize_advantages: bool
     critic_kind: str  # "head" (frozen-base features) or "lora"
+    # The authors' semantics where they differ from ours (docs/adrl_parity.md):
+    kl_skip: str  # "update" (a KL skip keeps actor and critic) | "actor" (the critic steps anyway)
+    advantage_normalization: str  # "valid" | "adrl"
+    loss_chunks: int  # policy loss, entropy and KL: the mean of this many row chunks' token means
 
 
 def check_batch_rows(num_rows: int, config: LearnerConfig) -> None:
@@ -206,36 +211,46 @@ def make_update_fn(
 
 
 def build_update(
-    graph: PolicyGraph, method: Method, config: LearnerConfig, row_groups: int = 1
+    graph: PolicyGraph, method: Method, config: LearnerConfig, row_groups: int = 1,
+    minibatch_orders: Any = None,
 ) -> tuple[Callable[[TrainState, FrozenBase, TokenBatch], tuple[TrainState, dict]], Callable[[], int]]:
     """The update function before `jax.jit`, and its trace count.
 
     `row_groups` G: the batch's rows form G equal contiguous groups (one per
     device holding rows) and every minibatch and micro-batch takes the same
     number of rows from each group (`minibatch_order`); G = 1 is one
-    permutation of all rows.
+    permutation of all rows.  `minibatch_orders` `[epochs, M, N / M]` (G = 1
+    only): fixed row indices of every epoch's minibatches instead of the
+    random permutations (the parity harness replays another trainer's order).
     """
+    if minibatch_orders is not None:
+        minibatch_orders = jnp.asarray(minibatch_orders, jnp.int32)
+        chex.assert_shape(minibatch_orders, (config.epochs, config.num_minibatches, None))
+        if row_groups != 1:
+            raise ValueError("fixed minibatch orders are for one row group")
     actor_opt, critic_opt = make_optimizers(config)
     traces = {"count": 0}
 
-    def minibatch_loss(params, frozen, mb: TokenBatch, advantages, returns, weight):
-        logprobs, entropy, values, mask = policy_outputs(graph, frozen, params, mb, method, config)
-        policy_loss = losses.clipped_policy_loss(
-            logprobs, mb.old_logprobs, advantages, mask, config.clip_eps
-        )
-        value_loss = losses.clipped_value_loss(
-            values, mb.old_values, returns, mask, config.value_clip_eps
-        )
-        entropy_mean = losses.masked_mean(entropy, mask)
+    def minibatch_loss(params, frozen, mb: TokenBatch, advantages, returns, policy_weights, value_weights):
+        """The minibatch's loss as weighted sums: `policy_weights` (the policy, entropy
+        and KL terms) and `value_weights` (the value term) hold this micro-batch's
+        share of the minibatch's means (`minibatch_weights`)."""
+        logprobs, entropy, values, _ = policy_outputs(graph, frozen, params, mb, method, config)
+        total = lambda x, w: jnp.sum(x * w)
+        policy_loss = total(losses.clipped_surrogate(logprobs, mb.old_logprobs, advantages, config.clip_eps),
+                            policy_weights)
+        value_loss = total(losses.clipped_value_error(values, mb.old_values, returns, config.value_clip_eps),
+                           value_weights)
+        entropy_mean = total(entropy, policy_weights)
         loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy_mean
         stats = {
             "policy_loss": policy_loss,
             "value_loss": value_loss,
             "entropy": entropy_mean,
-            "approx_kl": losses.approx_kl(logprobs, mb.old_logprobs, mask),
-            "clip_fraction": losses.clip_fraction(logprobs, mb.old_logprobs, mask, config.clip_eps),
+            "approx_kl": total(losses.k3_kl(logprobs, mb.old_logprobs), policy_weights),
+            "clip_fraction": total(losses.outside_clip(logprobs, mb.old_logprobs, config.clip_eps), policy_weights),
         }
-        return loss * weight, jax.tree.map(lambda x: x * weight, stats)
+        return loss, stats
 
     grad_fn = jax.value_and_grad(minibatch_loss, has_aux=True)
 
@@ -246,27 +261,26 @@ def build_update(
         mb_ret = _take_group_rows(returns, minibatch_index)
         mask = method.scheme.valid(mb)
         if config.normalize_advantages:
-            mb_adv = losses.normalize_advantages(mb_adv, mask)
+            mb_adv = normalized_advantages(mb_adv, mask, method.scheme.token_level, config)
+        policy_weights = losses.chunk_weights(mask, config.loss_chunks)
+        value_weights = losses.chunk_weights(mask, 1)
         micro = config.accumulation_steps
         groups, group_rows = minibatch_index.shape
         micro_rows = group_rows // micro  # micro-batch j: chunk j of every group's rows
         micro_index = jnp.broadcast_to(
             jnp.arange(group_rows).reshape(micro, 1, micro_rows), (micro, groups, micro_rows)
         )
-        counts = jnp.sum(mask.reshape(groups, micro, -1), axis=(0, 2)).astype(jnp.float32)
-        weights = counts / jnp.maximum(jnp.sum(counts), 1.0)
 
-        def accumulate(acc, inputs):
-            index, weight = inputs
+        def accumulate(acc, index):
+            take = lambda tree: _take_group_rows(tree, index)
             (loss, stats), grads = grad_fn(
-                state.params, frozen, _take_group_rows(mb, index), _take_group_rows(mb_adv, index),
-                _take_group_rows(mb_ret, index), weight,
+                state.params, frozen, take(mb), take(mb_adv), take(mb_ret), take(policy_weights), take(value_weights),
             )
             acc = jax.tree.map(jnp.add, acc, (loss, stats, grads))
             return acc, None
 
         zeros = jax.tree.map(jnp.zeros_like, (jnp.zeros(()), _stats_template(), state.params))
-        (loss, stats, grads), _ = jax.lax.scan(accumulate, zeros, (micro_index, weights))
+        (loss, stats, grads), _ = jax.lax.scan(accumulate, zeros, micro_index)
 
         actor_grads = grads["actor"]
         critic_grads = critic_params(grads)
@@ -275,13 +289,18 @@ def build_update(
             critic_grads, state.critic_opt_state, critic_params(state.params)
         )
         skip = stats["approx_kl"] > config.target_kl
+        keep_old = lambda old, new: jax.tree.map(lambda a, b: jnp.where(skip, a, b), old, new)
         new_params = dict(state.params)
-        new_params["actor"] = optax.apply_updates(state.params["actor"], actor_updates)
-        new_params.update(optax.apply_updates(critic_params(state.params), critic_updates))
-        updated = dataclasses.replace(
+        new_params["actor"] = keep_old(state.params["actor"], optax.apply_updates(state.params["actor"], actor_updates))
+        actor_opt_state = keep_old(state.actor_opt_state, actor_opt_state)
+        new_critic = optax.apply_updates(critic_params(state.params), critic_updates)
+        if config.kl_skip == "update":  # a skipped minibatch changes nothing
+            new_critic = keep_old(critic_params(state.params), new_critic)
+            critic_opt_state = keep_old(state.critic_opt_state, critic_opt_state)
+        new_params.update(new_critic)
+        new_state = dataclasses.replace(
             state, params=new_params, actor_opt_state=actor_opt_state, critic_opt_state=critic_opt_state
         )
-        new_state = jax.tree.map(lambda old, new: jnp.where(skip, old, new), state, updated)
         stats = dict(
             stats,
             loss=loss,
@@ -303,14 +322,17 @@ def build_update(
         advantages, returns = compute_advantages(batch, method, config)
         value_mask = method.scheme.valid(batch)
 
-        def epoch(state, _):
+        def epoch(state, fixed_order):
             rng, perm_rng = jax.random.split(state.rng)
             state = dataclasses.replace(state, rng=rng)
-            order = minibatch_order(perm_rng, num_rows, config.num_minibatches, row_groups)
+            if fixed_order is None:
+                order = minibatch_order(perm_rng, num_rows, config.num_minibatches, row_groups)
+            else:
+                order = fixed_order[:, None, :]
             step = lambda carry, index: minibatch_step(carry, index, frozen, batch, advantages, returns)
             return jax.lax.scan(step, state, order)
 
-        state, stats = jax.lax.scan(epoch, state, None, length=config.epochs)
+        state, stats = jax.lax.scan(epoch, state, minibatch_orders, length=config.epochs)
         metrics = jax.tree.map(jnp.mean, stats)
         metrics["skipped_minibatches"] = jnp.sum(stats["skipped"])
         metrics["explained_variance"] = losses.explained_variance(batch.old_values, returns, value_mask)
@@ -320,6 +342,25 @@ def build_update(
         return state, metrics
 
     return update, lambda: traces["count"]
+
+
+def normalized_advantages(advantages: jax.Array, mask: jax.Array, token_level: bool, config: LearnerConfig) -> jax.Array:
+    """A minibatch's advantages, normalised as `config.advantage_normalization` says.
+
+    "valid" (ours): (A - mean) / (std + 1e-8) over the minibatch's valid elements.
+    "adrl" (the authors' code): token level, the statistics of the non-zero
+    advantages only (`losses.normalize_nonzero_advantages`); action level, each of
+    the `loss_chunks` row chunks on its own, with the unbiased std
+    (`trainers/llm_trainer_appo.py` normalises per gradient-accumulation chunk).
+    """
+    if config.advantage_normalization == "valid":
+        return losses.normalize_advantages(advantages, mask)
+    if token_level:
+        return losses.normalize_nonzero_advantages(advantages, mask)
+    chunks = config.loss_chunks
+    split = lambda x: x.reshape(chunks, x.shape[0] // chunks, *x.shape[1:])
+    normalized = jax.vmap(lambda a, m: losses.normalize_advantages(a, m, ddof=1))(split(advantages), split(mask))
+    return normalized.reshape(advantages.shape)
 
 
 def _stats_template() -> dict[str, jax.Array]:

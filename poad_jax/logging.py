@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 EPISODE_WINDOW = 10  # episodes in the curves' rolling mean
 CURVES = (
-    ("episode_return", "episode return"),
+    ("episode_return", "episode return (dashed: discounted, the paper's App. H)"),
     ("success_rate", "episode success"),
     ("step_reward_mean", "mean step reward (per update)"),
     ("success_reward_mean", "mean reward of successful steps (e.g. AUC of programs that ran)"),
@@ -141,6 +141,16 @@ def episode_points(episodes: dict[str, list]) -> list[tuple[int, float, float]]:
     ]
 
 
+def discounted_points(episodes: dict[str, list]) -> list[tuple[int, float]]:
+    """(env step at the end, discounted return) of each finished episode whose end and
+    discounted return are known (older runs recorded neither for some)."""
+    return [
+        (int(s), float(d))
+        for s, d in zip(episodes.get("finished_env_steps", []), episodes.get("finished_discounted", []))
+        if s is not None and s >= 0 and d is not None and not math.isnan(float(d))
+    ]
+
+
 def plot_curves(records: list[dict[str, Any]], path: str | pathlib.Path,
                 episodes: dict[str, list] | None = None, window: int = EPISODE_WINDOW) -> pathlib.Path | None:
     """Writes the run's curves against env steps to `path` (PNG).
@@ -167,6 +177,11 @@ def plot_curves(records: list[dict[str, Any]], path: str | pathlib.Path,
                 ys = [p[1] if key == "episode_return" else p[2] for p in points]
                 ax.plot(xs, ys, "o", markersize=4, alpha=0.5, label="episode")
                 ax.plot(xs, rolling_mean(ys, window), "-", label=f"mean of last {window}")
+                if key == "episode_return":
+                    discounted = discounted_points(episodes)
+                    if discounted:
+                        ax.plot([p[0] for p in discounted], rolling_mean([p[1] for p in discounted], window), "--",
+                                label=f"discounted, mean of last {window}")
                 ax.legend(loc="best", fontsize=8)
             else:
                 ax.text(0.5, 0.5, "no episode finished yet", ha="center", va="center", transform=ax.transAxes)
@@ -217,7 +232,8 @@ def progress_postfix(episodes: dict[str, Any], approx_kl: float | None = None, w
 
 
 def summary_table(records: list[dict[str, Any]], keys: Iterable[str] = (
-    "env_steps", "episodes", "episode_return", "success_rate", "steps_succeeded", "step_reward_mean",
+    "env_steps", "episodes", "episode_return", "discounted_return", "success_rate", "steps_succeeded",
+    "step_reward_mean",
     "success_reward_mean", "best_step_reward", "policy_loss", "value_loss",
     "entropy", "approx_kl", "clip_fraction", "explained_variance", "skipped_minibatches",
     "seconds_sampling", "seconds_env", "seconds_learner",

@@ -18,50 +18,107 @@ def masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
-def normalize_advantages(advantages: jax.Array, mask: jax.Array, eps: float = 1e-8) -> jax.Array:
-    """(A - mean) / (std + eps) over the masked elements; zero elsewhere."""
+def normalize_advantages(advantages: jax.Array, mask: jax.Array, eps: float = 1e-8, ddof: int = 0) -> jax.Array:
+    """(A - mean) / (std + eps) over the masked elements; zero elsewhere.
+
+    std = sqrt(sum_mask (A - mean)^2 / (n - ddof)), n the masked count
+    (ddof 1: the unbiased std, as torch.std; n - ddof is kept >= 1).
+    """
     mean = masked_mean(advantages, mask)
-    var = masked_mean(jnp.square(advantages - mean), mask)
+    count = jnp.sum(mask.astype(advantages.dtype))
+    var = jnp.sum(jnp.where(mask, jnp.square(advantages - mean), 0.0)) / jnp.maximum(count - ddof, 1.0)
     return jnp.where(mask, (advantages - mean) / (jnp.sqrt(var) + eps), 0.0)
+
+
+def normalize_nonzero_advantages(advantages: jax.Array, mask: jax.Array, eps: float = 1e-8) -> jax.Array:
+    """The authors' token-level normalisation (`trainers/llm_trainer_tppo.py`):
+
+        mean, std over {A_i : mask_i and A_i != 0}   (NumPy nanmean / nanstd, ddof 0)
+        A_i <- (A_i - mean) / (std + eps)            on every masked element
+
+    so an element whose advantage is exactly 0 does not count in the
+    statistics but is normalised like the others.  No non-zero element:
+    mean = std = 0 (the authors' code would give NaN).
+    """
+    nonzero = mask & (advantages != 0)
+    mean = masked_mean(advantages, nonzero)
+    std = jnp.sqrt(masked_mean(jnp.square(advantages - mean), nonzero))
+    return jnp.where(mask, (advantages - mean) / (std + eps), 0.0)
+
+
+def clipped_surrogate(
+    logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, clip_eps: float
+) -> jax.Array:
+    """Per element: -min(rho A, clip(rho, 1 - eps, 1 + eps) A), rho = exp(logp - logp_old)."""
+    chex.assert_equal_shape([logprobs, old_logprobs, advantages])
+    ratio = jnp.exp(logprobs - old_logprobs)
+    unclipped = ratio * advantages
+    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    return -jnp.minimum(unclipped, clipped)
+
+
+def clipped_value_error(values: jax.Array, old_values: jax.Array, returns: jax.Array, clip_eps: float) -> jax.Array:
+    """Per element: 0.5 max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)."""
+    chex.assert_equal_shape([values, old_values, returns])
+    clipped_values = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
+    return 0.5 * jnp.maximum(jnp.square(values - returns), jnp.square(clipped_values - returns))
+
+
+def k3_kl(logprobs: jax.Array, old_logprobs: jax.Array) -> jax.Array:
+    """Per element, the k3 estimator of KL(old || new): (rho - 1) - log rho."""
+    log_ratio = logprobs - old_logprobs
+    return jnp.exp(log_ratio) - 1.0 - log_ratio
+
+
+def outside_clip(logprobs: jax.Array, old_logprobs: jax.Array, clip_eps: float) -> jax.Array:
+    """Per element, 1.0 where the ratio lies outside [1 - eps, 1 + eps], else 0.0."""
+    ratio = jnp.exp(logprobs - old_logprobs)
+    return (jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32)
 
 
 def clipped_policy_loss(
     logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array, clip_eps: float
 ) -> jax.Array:
     """mean over mask of -min(rho A, clip(rho, 1 - eps, 1 + eps) A), rho = exp(logp - logp_old)."""
-    chex.assert_equal_shape([logprobs, old_logprobs, advantages, mask])
-    ratio = jnp.exp(logprobs - old_logprobs)
-    unclipped = ratio * advantages
-    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
-    return masked_mean(-jnp.minimum(unclipped, clipped), mask)
+    chex.assert_equal_shape([logprobs, mask])
+    return masked_mean(clipped_surrogate(logprobs, old_logprobs, advantages, clip_eps), mask)
 
 
 def clipped_value_loss(
     values: jax.Array, old_values: jax.Array, returns: jax.Array, mask: jax.Array, clip_eps: float
 ) -> jax.Array:
     """mean over mask of 0.5 max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)."""
-    chex.assert_equal_shape([values, old_values, returns, mask])
-    clipped_values = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
-    loss = jnp.maximum(jnp.square(values - returns), jnp.square(clipped_values - returns))
-    return 0.5 * masked_mean(loss, mask)
-
-
-def categorical_entropy(logits: jax.Array) -> jax.Array:
-    """H = -sum_v p_v log p_v over the last axis (full vocabulary)."""
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    chex.assert_equal_shape([values, mask])
+    return masked_mean(clipped_value_error(values, old_values, returns, clip_eps), mask)
 
 
 def approx_kl(logprobs: jax.Array, old_logprobs: jax.Array, mask: jax.Array) -> jax.Array:
     """k3 estimator of KL(old || new): mean over mask of (rho - 1) - log rho."""
-    log_ratio = logprobs - old_logprobs
-    return masked_mean(jnp.exp(log_ratio) - 1.0 - log_ratio, mask)
+    return masked_mean(k3_kl(logprobs, old_logprobs), mask)
 
 
 def clip_fraction(logprobs: jax.Array, old_logprobs: jax.Array, mask: jax.Array, clip_eps: float) -> jax.Array:
     """Fraction of masked elements whose ratio lies outside [1 - eps, 1 + eps]."""
-    ratio = jnp.exp(logprobs - old_logprobs)
-    return masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32), mask)
+    return masked_mean(outside_clip(logprobs, old_logprobs, clip_eps), mask)
+
+
+def chunk_weights(mask: jax.Array, num_chunks: int) -> jax.Array:
+    """Per-element weights (same shape as `mask [n, ...]`) that turn a weighted sum
+    into the mean over `num_chunks` equal row chunks of each chunk's masked mean:
+
+        sum_i w_i x_i = (1 / C) sum_c mean_{i in chunk c, mask_i} x_i,
+        w_i = mask_i / (C * count_c(i))
+
+    (C = 1: the plain masked mean.  The authors' trainer averages its
+    `gradient_cp_steps` chunks this way; a chunk with no masked element adds 0.)
+    """
+    rows = mask.shape[0]
+    chex.assert_equal(rows % num_chunks, 0)
+    mask = mask.astype(jnp.float32)
+    per_chunk = mask.reshape(num_chunks, rows // num_chunks, -1)
+    counts = jnp.sum(per_chunk, axis=(1, 2), keepdims=True)
+    weights = per_chunk / (num_chunks * jnp.maximum(counts, 1.0))
+    return weights.reshape(mask.shape)
 
 
 def explained_variance(predictions: jax.Array, targets: jax.Array, mask: jax.Array) -> jax.Array:

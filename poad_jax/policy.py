@@ -30,15 +30,38 @@ from flax import nnx
 from poad_jax.models.llama import Llama, base_filter
 
 
-class ValueHead(nnx.Module):
-    """V = w3 relu(W2 relu(W1 h + b1) + b2) + b3, the paper's critic head."""
+# PyTorch's default nn.Linear init (kaiming_uniform with a = sqrt(5)): weights
+# U(-1/sqrt(fan_in), 1/sqrt(fan_in)), i.e. variance scaling 1/3, fan in, uniform.
+TORCH_LINEAR_INIT = nnx.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+HEAD_INITS = ("zero_output", "torch")
 
-    def __init__(self, hidden_size: int, sizes: tuple[int, ...] = (1024, 512), *, rngs: nnx.Rngs):
+
+class ValueHead(nnx.Module):
+    """V = w3 relu(W2 relu(W1 h + b1) + b2) + b3, the paper's critic head.
+
+    `init="zero_output"` (ours): Flax's default hidden layers and a zero output
+    layer, so V = 0 until the critic learns.  `init="torch"`: every weight drawn
+    as PyTorch's nn.Linear default, U(+-1/sqrt(fan_in)) (biases too, if any);
+    with `bias=False` this is the authors' head (`mappo/models/critic.py`).
+    """
+
+    def __init__(self, hidden_size: int, sizes: tuple[int, ...] = (1024, 512), *, bias: bool = True,
+                 init: str = "zero_output", rngs: nnx.Rngs):
+        if init not in HEAD_INITS:
+            raise ValueError(f"unknown value-head init {init!r}; choose one of {', '.join(HEAD_INITS)}")
         dims = (hidden_size, *sizes)
-        self.hidden_layers = nnx.List(
-            [nnx.Linear(a, b, rngs=rngs) for a, b in zip(dims[:-1], dims[1:])]
-        )
-        self.out = nnx.Linear(dims[-1], 1, kernel_init=nnx.initializers.zeros_init(), rngs=rngs)
+
+        def linear(fan_in, fan_out, output=False):
+            if init == "torch":
+                bound = 1.0 / fan_in ** 0.5
+                bias_init = lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+                return nnx.Linear(fan_in, fan_out, use_bias=bias, kernel_init=TORCH_LINEAR_INIT,
+                                  bias_init=bias_init, rngs=rngs)
+            kernel_init = nnx.initializers.zeros_init() if output else nnx.nn.linear.default_kernel_init
+            return nnx.Linear(fan_in, fan_out, use_bias=bias, kernel_init=kernel_init, rngs=rngs)
+
+        self.hidden_layers = nnx.List([linear(a, b) for a, b in zip(dims[:-1], dims[1:])])
+        self.out = linear(dims[-1], 1, output=True)
 
     def __call__(self, features: jax.Array) -> jax.Array:
         x = features.astype(jnp.float32)

@@ -56,6 +56,7 @@ class RolloutConfig:
     max_prompt_tokens: int
     restricted_sampling: str  # "trie" or "action_scores"
     twosome_normalization: str  # "token" or "word"
+    discounted_return_gamma: float  # the `discounted_return` metric's discount per env step
     sampling: SamplingConfig
     prompt_buckets: tuple[int, ...] = PROMPT_BUCKETS
     action_buckets: tuple[int, ...] = ACTION_BUCKETS
@@ -86,6 +87,11 @@ class EpisodeStats:
     """
 
     running_return: list[float]
+    # The paper's metric (Appendix H): sum_k discount^k r_k over an episode's env steps.
+    discount: float = 0.95
+    running_discounted: list[float] = dataclasses.field(default_factory=list)
+    running_length: list[int] = dataclasses.field(default_factory=list)
+    finished_discounted: list[float] = dataclasses.field(default_factory=list)
     finished_returns: list[float] = dataclasses.field(default_factory=list)
     finished_success: list[bool] = dataclasses.field(default_factory=list)
     finished_env_steps: list[int] = dataclasses.field(default_factory=list)
@@ -96,11 +102,18 @@ class EpisodeStats:
     best_success_reward: float | None = None
     failure_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self):
+        threads = len(self.running_return)
+        self.running_discounted = list(self.running_discounted) or [0.0] * threads
+        self.running_length = list(self.running_length) or [0] * threads
+
     def record_step(self, thread: int, reward: float, done: bool, info: dict[str, Any], env_steps: int) -> None:
         """Adds one env step of `thread` (`env_steps`: the run's count once this step is done)."""
         self.steps += 1
         self.reward_sum += reward
         self.running_return[thread] += reward
+        self.running_discounted[thread] += self.discount ** self.running_length[thread] * reward
+        self.running_length[thread] += 1
         if info.get("success", False):
             self.succeeded_steps += 1
             self.success_reward_sum += reward
@@ -111,9 +124,18 @@ class EpisodeStats:
             self.failure_kinds[kind] = self.failure_kinds.get(kind, 0) + 1
         if done:
             self.finished_returns.append(self.running_return[thread])
+            self.finished_discounted.append(self.running_discounted[thread])
             self.finished_success.append(bool(info.get("success", False)))
             self.finished_env_steps.append(int(env_steps))
             self.running_return[thread] = 0.0
+            self.running_discounted[thread] = 0.0
+            self.running_length[thread] = 0
+
+    def restore_running(self, returns: list[float], discounted: list[float], lengths: list[int]) -> None:
+        """The episodes in progress' running return, discounted return and length (a resume)."""
+        self.running_return = [float(r) for r in returns]
+        self.running_discounted = [float(r) for r in discounted]
+        self.running_length = [int(n) for n in lengths]
 
     def counters(self) -> tuple[int, int, float, float]:
         """(steps, succeeded_steps, reward_sum, success_reward_sum): a snapshot for `step_summary`."""
@@ -123,6 +145,7 @@ class EpisodeStats:
         """The history a resumed run needs (JSON-able; running returns restart with the episodes)."""
         return {
             "finished_returns": list(self.finished_returns),
+            "finished_discounted": list(self.finished_discounted),
             "finished_success": list(self.finished_success),
             "finished_env_steps": list(self.finished_env_steps),
             "steps": self.steps,
@@ -136,6 +159,8 @@ class EpisodeStats:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores `state_dict()`; fields absent from older checkpoints keep their defaults."""
         self.finished_returns = list(state.get("finished_returns", []))
+        # Older checkpoints did not record discounted returns: unknown (NaN, left out of means).
+        self.finished_discounted = list(state.get("finished_discounted", [float("nan")] * len(self.finished_returns)))
         self.finished_success = list(state.get("finished_success", []))
         # Older checkpoints did not record where episodes ended: unknown (-1).
         self.finished_env_steps = list(state.get("finished_env_steps", [-1] * len(self.finished_returns)))
@@ -145,7 +170,8 @@ class EpisodeStats:
         self.success_reward_sum = float(state.get("success_reward_sum", 0.0))
         self.best_success_reward = state.get("best_success_reward")
         self.failure_kinds = dict(state.get("failure_kinds", {}))
-        self.running_return = [0.0] * len(self.running_return)
+        threads = len(self.running_return)
+        self.restore_running([0.0] * threads, [0.0] * threads, [0] * threads)
 
 
 def merge_episode_states(states: list[dict[str, Any]]) -> dict[str, Any]:
@@ -160,9 +186,12 @@ def merge_episode_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     """
     if len(states) == 1:
         return states[0]
-    episodes = [(step, ret, ok) for state in states for step, ret, ok in zip(
-        state.get("finished_env_steps", [-1] * len(state.get("finished_returns", []))),
-        state.get("finished_returns", []), state.get("finished_success", []))]
+    def column(state, name, default):
+        return state.get(name, [default] * len(state.get("finished_returns", [])))
+
+    episodes = [episode for state in states for episode in zip(
+        column(state, "finished_env_steps", -1), state.get("finished_returns", []),
+        state.get("finished_success", []), column(state, "finished_discounted", float("nan")))]
     episodes.sort(key=lambda episode: episode[0])
     bests = [s["best_success_reward"] for s in states if s.get("best_success_reward") is not None]
     kinds: dict[str, int] = {}
@@ -172,6 +201,7 @@ def merge_episode_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "finished_returns": [e[1] for e in episodes],
         "finished_success": [e[2] for e in episodes],
+        "finished_discounted": [e[3] for e in episodes],
         "finished_env_steps": [e[0] for e in episodes],
         "steps": sum(int(s.get("steps", 0)) for s in states),
         "succeeded_steps": sum(int(s.get("succeeded_steps", 0)) for s in states),
@@ -249,7 +279,7 @@ class RolloutCollector:
         self.thread_offset = 0
         self.total_threads = envs.num_envs
         self.observations: list[Observation] = envs.reset()
-        self.stats = EpisodeStats(running_return=[0.0] * envs.num_envs)
+        self.stats = EpisodeStats(running_return=[0.0] * envs.num_envs, discount=config.discounted_return_gamma)
         self.env_steps = 0
         self.timings = {"sampling": 0.0, "env": 0.0}
 
@@ -499,13 +529,16 @@ def episode_summary(stats: EpisodeStats, since: int, window: int = 100) -> dict[
     """Return and success of the episodes finished since index `since` (this
     rollout), and over the last `window` finished episodes."""
     def mean(values):
-        return float(np.mean(values)) if len(values) else float("nan")
+        known = [v for v in values if not np.isnan(v)]
+        return float(np.mean(known)) if known else float("nan")
 
     return {
         "episodes": len(stats.finished_returns),
         "episode_return": mean(stats.finished_returns[since:]),
+        "discounted_return": mean(stats.finished_discounted[since:]),
         "success_rate": mean(stats.finished_success[since:]),
         f"episode_return_last{window}": mean(stats.finished_returns[-window:]),
+        f"discounted_return_last{window}": mean(stats.finished_discounted[-window:]),
         f"success_rate_last{window}": mean(stats.finished_success[-window:]),
     }
 

@@ -72,12 +72,22 @@ class StudyError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-    """One run of the grid: its directory name, group label, seed and config overrides."""
+    """One run of the grid: its directory name, group label, seed and config overrides.
+
+    `config_argument`: the base config file's argument for this cell (a variant's
+    `"config_argument": "twosome"` runs `--config=<base>:twosome`, e.g. a preset
+    that holds per-method settings); None for the plain file.
+    """
 
     name: str
     group: tuple[tuple[str, str], ...]  # (axis, value label) for every axis, in axis order
     seed: int
     overrides: dict[str, Any]
+    config_argument: str | None = None
+
+    def base_config(self, study: "Study") -> str:
+        """The `--config=` value of this cell: the study's base config [with its argument]."""
+        return str(study.base_config) + (f":{self.config_argument}" if self.config_argument else "")
 
     @property
     def group_label(self) -> str:
@@ -187,16 +197,18 @@ def grid(study: Study) -> list[Cell]:
     cells = []
     for combination in itertools.product(*study.axes.values()):
         overrides = dict(study.fixed)
+        argument = None
         group = []
         for axis, value in zip(study.axes, combination):
             if isinstance(value, dict):
-                overrides.update({k: v for k, v in value.items() if k != "label"})
+                argument = value.get("config_argument", argument)
+                overrides.update({k: v for k, v in value.items() if k not in ("label", "config_argument")})
             else:
                 overrides[axis] = value
             group.append((axis, _value_label(axis, value)))
         for seed in study.seeds:
             name = "__".join(_slug(label) for _, label in group) + f"__seed={seed}"
-            cells.append(Cell(name, tuple(group), seed, {**overrides, "seed": seed}))
+            cells.append(Cell(name, tuple(group), seed, {**overrides, "seed": seed}, argument))
     return cells
 
 
@@ -224,7 +236,7 @@ def cell_config(study: Study, cell: Cell) -> ml_collections.ConfigDict:
     """The base config with the cell's overrides applied (checked by the trainer's validation)."""
     from poad_jax import config as config_lib
 
-    base = config_lib.load_config_file(study.base_config)
+    base = config_lib.load_config_file(cell.base_config(study))
     config = copy.deepcopy(base)
     for field, value in cell.overrides.items():
         _set_field(config, field, value)
@@ -245,7 +257,7 @@ def _flag_value(value: Any) -> str:
 
 def train_command(study: Study, cell: Cell, cell_dir: pathlib.Path) -> list[str]:
     """The `python -m poad_jax.train` command line that runs (or resumes) one cell."""
-    args = [sys.executable, "-m", "poad_jax.train", f"--config={study.base_config}", f"--workdir={cell_dir}"]
+    args = [sys.executable, "-m", "poad_jax.train", f"--config={cell.base_config(study)}", f"--workdir={cell_dir}"]
     args += [f"--config.{field}={_flag_value(value)}" for field, value in cell.overrides.items()]
     return args
 
@@ -522,7 +534,7 @@ def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: 
         cell_dir.mkdir(parents=True, exist_ok=True)
         commits = list((read_json(cell_dir / CELL_FILE) or {}).get("commits", []))  # a resumed cell keeps its history
         write_json_atomic(cell_dir / CELL_FILE, {
-            "overrides": _comparable(cell.overrides), "base_config": str(study.base_config),
+            "overrides": _comparable(cell.overrides), "base_config": cell.base_config(study),
             "group": [list(g) for g in cell.group], "seed": cell.seed, "status": "running",
             "commits": commits + ([commit] if commit not in commits else []),
         })

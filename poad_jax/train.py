@@ -55,7 +55,7 @@ from poad_jax import config as config_lib
 from poad_jax import distributed
 from poad_jax.distributed import hosts
 from poad_jax import logging as run_logging
-from poad_jax.config import learner_config, load_config_file, rollout_config  # noqa: F401  (part of this module's API)
+from poad_jax.config import learner_config, load_config_file, rollout_config, split_config_argument  # noqa: F401  (part of this module's API)
 from poad_jax.config import validate as validate_config
 from poad_jax.learner import init_train_state, make_update_fn
 from poad_jax.methods import UnknownMethodError, make_method
@@ -332,7 +332,9 @@ def episodes_in_progress(collector: RolloutCollector, envs) -> dict[str, list[An
     the checkpoint left it (`restore_episodes`) rather than restarting it."""
     return {"actions": envs.episode_actions,
             "digests": [envs_py.observation_digest(o) for o in collector.observations],
-            "returns": list(collector.stats.running_return)}
+            "returns": list(collector.stats.running_return),
+            "discounted": list(collector.stats.running_discounted),
+            "lengths": list(collector.stats.running_length)}
 
 
 def same_process_layout(meta: dict[str, Any], count: int) -> bool:
@@ -354,7 +356,11 @@ def restore_episodes(meta: dict[str, Any], collector: RolloutCollector, envs, co
     mine = slice(first_thread, first_thread + envs.num_envs)
     actions, digests, returns = saved["actions"][mine], saved["digests"][mine], saved["returns"][mine]
     collector.observations, restarted = envs.resume(counters, actions, digests)
-    collector.stats.running_return = [0.0 if b in restarted else float(r) for b, r in enumerate(returns)]
+    # Checkpoints from before the discounted return was kept: that episode's is unknown (NaN).
+    discounted = saved.get("discounted", [float("nan")] * len(saved["returns"]))[mine]
+    lengths = saved.get("lengths", [0] * len(saved["returns"]))[mine]
+    fresh = lambda values, zero: [zero if b in restarted else v for b, v in enumerate(values)]
+    collector.stats.restore_running(fresh(returns, 0.0), fresh(discounted, 0.0), fresh(lengths, 0))
     return [b for b in restarted if actions[b]]
 
 
@@ -478,11 +484,19 @@ def device_mesh(config: ml_collections.ConfigDict):
     return mesh
 
 
+def build_value_head(model, config: ml_collections.ConfigDict, seed: int) -> ValueHead:
+    """The critic head `config.critic` describes (a run directory's config written
+    before `critic.bias` / `critic.init` existed gets their defaults)."""
+    critic = config.critic
+    return ValueHead(model.config.hidden_size, tuple(critic.hidden_sizes), bias=bool(critic.get("bias", True)),
+                     init=str(critic.get("init", "zero_output")), rngs=nnx.Rngs(seed))
+
+
 def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_progress, max_updates) -> RunResult:
     count, index = jax.process_count(), jax.process_index()
     primary = index == 0  # over several processes, process 0 alone prints and writes the run's files
     show_progress = show_progress and primary
-    head = ValueHead(model.config.hidden_size, tuple(config.critic.hidden_sizes), rngs=nnx.Rngs(int(config.seed) + 1))
+    head = build_value_head(model, config, int(config.seed) + 1)
     graph, frozen, params = split_policy(model, head)
     if config.critic.kind == "lora":
         params["critic_lora"] = _fresh_critic_lora(model, int(config.seed))
@@ -793,7 +807,7 @@ def parse_command_line(argv: list[str]) -> tuple[ml_collections.ConfigDict, path
     path = option_value(argv[1:], "config")
     if path is None:
         fail("--config is required, e.g. --config=configs/datasci.py")
-    if pathlib.Path(path).is_file():
+    if split_config_argument(path)[0].is_file():
         try:
             base = load_config_file(path)
         except Exception as error:  # the user's config file itself fails to run
