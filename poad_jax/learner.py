@@ -11,8 +11,13 @@ The whole update is one compiled call (PureJaxRL style), top to bottom:
    `accumulation_steps` micro-batches (bounding activation memory), computes
    the clipped policy loss (token mean), clipped value loss, entropy bonus and
    approximate KL; a minibatch whose KL exceeds `target_kl` is skipped (no
-   parameter or optimiser change), otherwise gradients are clipped by global
-   norm and applied by separate actor and critic Adam optimisers.
+   parameter or optimiser change; with `kl_skip="actor"`, as the authors'
+   trainer, only the actor's), otherwise gradients are clipped by global
+   norm and applied by separate actor and critic Adam optimisers.  The
+   policy terms are one token mean over the minibatch, or with `loss_chunks`
+   C > 1 the mean of C row chunks' token means (the authors' averaging);
+   `advantage_normalization="adrl"` normalises as their trainer does
+   (docs/adrl_parity.md).
 
 The frozen base is an argument (never a closed-over constant) and the train
 state is donated, so the update runs in place.
@@ -212,7 +217,7 @@ def make_update_fn(
 
 def build_update(
     graph: PolicyGraph, method: Method, config: LearnerConfig, row_groups: int = 1,
-    minibatch_orders: Any = None,
+    minibatch_orders: Any = None, record_minibatches: bool = False,
 ) -> tuple[Callable[[TrainState, FrozenBase, TokenBatch], tuple[TrainState, dict]], Callable[[], int]]:
     """The update function before `jax.jit`, and its trace count.
 
@@ -222,6 +227,10 @@ def build_update(
     permutation of all rows.  `minibatch_orders` `[epochs, M, N / M]` (G = 1
     only): fixed row indices of every epoch's minibatches instead of the
     random permutations (the parity harness replays another trainer's order).
+    `record_minibatches`: the metrics also hold `"minibatches"`, every
+    minibatch's statistics `[epochs, M]` with its gradients before clipping
+    (`"grads"`, the params' tree) and the normalised advantages, for the parity
+    harness (`poad_jax.bench.adrl_parity`).
     """
     if minibatch_orders is not None:
         minibatch_orders = jnp.asarray(minibatch_orders, jnp.int32)
@@ -308,6 +317,9 @@ def build_update(
             critic_grad_norm=optax.tree.norm(critic_grads),
             skipped=skip.astype(jnp.float32),
         )
+        if record_minibatches:
+            stats["grads"] = grads
+            stats["advantages"] = mb_adv
         return new_state, stats
 
     def update(state: TrainState, frozen: FrozenBase, batch: TokenBatch):
@@ -333,12 +345,17 @@ def build_update(
             return jax.lax.scan(step, state, order)
 
         state, stats = jax.lax.scan(epoch, state, minibatch_orders, length=config.epochs)
+        recorded = dict(stats) if record_minibatches else None
+        stats = {k: v for k, v in stats.items() if k not in ("grads", "advantages")}
         metrics = jax.tree.map(jnp.mean, stats)
         metrics["skipped_minibatches"] = jnp.sum(stats["skipped"])
         metrics["explained_variance"] = losses.explained_variance(batch.old_values, returns, value_mask)
         metrics["advantage_mean"] = losses.masked_mean(advantages, value_mask)
         metrics["return_mean"] = losses.masked_mean(returns, value_mask)
         state = dataclasses.replace(state, update_step=state.update_step + 1)
+        if recorded is not None:
+            metrics["minibatches"] = recorded
+            metrics["advantages"], metrics["returns"] = advantages, returns
         return state, metrics
 
     return update, lambda: traces["count"]

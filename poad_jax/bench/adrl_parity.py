@@ -1,0 +1,329 @@
+"""`python -m poad_jax.bench adrl_parity --cases=FILE.npz`: our PPO update against the authors' trainer.
+
+Each case of FILE (written by `scripts/reference/adrl_update_cases.py` from
+ADRL's own agent, buffer and trainer; format: docs/adrl_parity.md) holds the
+weights, the batch, the minibatch order and what ADRL's update produced.  This
+replays the same update with poad_jax (float32, the authors' semantics:
+`ppo.kl_skip="actor"`, `ppo.advantage_normalization="adrl"`,
+`ppo.loss_chunks`, a head without biases) and prints, per compared field, the
+largest error over the case's minibatches:
+
+- advantages and returns of the backup (relative, over valid elements);
+- per minibatch: the policy objective (clipped surrogate - entropy bonus, as
+  ADRL's `cal_policy_loss` returns it), value loss, entropy, approximate KL
+  (relative), and the KL skip decision (must be equal);
+- per minibatch, the gradient of every LoRA and head tensor before clipping:
+  ||ours - theirs|| / ||theirs|| per tensor;
+- the weight changes of the whole update (new - old), likewise.
+
+Exit status 1 when any field is above its tolerance (`TOLERANCES`), 2 for a
+file that is not a case file.  `--semantics=ours` replays with poad_jax's
+defaults instead (kl_skip "update", advantages normalised over valid
+elements, one loss chunk): the differences it prints are what the authors'
+semantics change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from typing import Any
+
+import numpy as np
+
+# Largest accepted error per field kind (relative; see `relative_error` and `scalar_error`).
+TOLERANCES = {"scalar": 1e-4, "grad": 1e-4, "delta": 1e-3, "backup": 1e-5, "skip": 0.0}
+# A per-minibatch scalar below its floor in magnitude is compared absolutely.  The policy
+# objective is a mean of terms of order 1 (ratios times normalised advantages) that cancels to
+# ~0 at a first minibatch (ratio 1, advantages of mean 0): its error is relative to that scale.
+SCALAR_FLOORS = {"policy_objective": 1.0, "value_loss": 1e-3, "entropy": 1e-3, "approx_kl": 1e-3}
+
+
+class CaseFileError(Exception):
+    """The file is not a parity case file (one line)."""
+
+
+def relative_error(ours: np.ndarray, theirs: np.ndarray) -> float:
+    """||ours - theirs|| / ||theirs|| (Frobenius norms; 0 when both are exactly 0)."""
+    ours, theirs = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
+    difference = float(np.linalg.norm(ours - theirs))
+    if difference == 0.0:
+        return 0.0
+    return difference / max(float(np.linalg.norm(theirs)), 1e-30)
+
+
+def scalar_error(ours: float, theirs: float, floor: float) -> float:
+    """|ours - theirs| / max(|theirs|, floor)."""
+    return abs(float(ours) - float(theirs)) / max(abs(float(theirs)), floor)
+
+
+def load_cases(path: str | pathlib.Path) -> tuple[dict[str, np.ndarray], list[str]]:
+    """(arrays, case names) of a case file; CaseFileError for anything else."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise CaseFileError(f"no case file at {path}")
+    try:
+        with np.load(path) as data:
+            arrays = {key: data[key] for key in data.files}
+    except Exception as error:  # not an .npz at all
+        raise CaseFileError(f"{path} is not a .npz case file ({type(error).__name__}: {error})") from None
+    names = sorted({key.split("/")[0] for key in arrays if key.endswith("/meta")})
+    if not names:
+        raise CaseFileError(f"{path} holds no case (no '<case>/meta' entry); see docs/adrl_parity.md")
+    return arrays, names
+
+
+def _case(arrays: dict[str, np.ndarray], name: str) -> dict[str, Any]:
+    prefix = f"{name}/"
+    case = {key[len(prefix):]: value for key, value in arrays.items() if key.startswith(prefix)}
+    case["meta"] = json.loads(str(case["meta"]))
+    return case
+
+
+def build_model(arrays: dict[str, np.ndarray], meta: dict[str, Any]):
+    """Our Llama with the case file's base weights (or its model directory) and LoRA placement."""
+    import jax.numpy as jnp
+
+    from poad_jax.models import hf_io
+    from poad_jax.models.config import LlamaConfig, LoraConfig
+
+    lora = LoraConfig(rank=int(meta["lora_rank"]), alpha=float(meta["lora_alpha"]), targets=tuple(meta["lora_targets"]))
+    if "model/directory" in arrays:
+        return hf_io.load_hf_model(str(arrays["model/directory"]), lora=lora, dtype=jnp.float32)
+    config = LlamaConfig.from_hf(json.loads(str(arrays["model/config_json"])))
+    get = lambda name: arrays[f"model/{name}"]
+    has = lambda name: f"model/{name}" in arrays
+    return hf_io.model_from_tensors(config, get, has, lora=lora, dtype=jnp.float32)
+
+
+def set_weights(model, head, case: dict[str, Any]) -> None:
+    """The case's initial LoRA (A `[L, in, r]`, B `[L, r, out]`) and head kernels (`[in, out]`)."""
+    import jax.numpy as jnp
+
+    for target in model.layers.lora_a.keys():
+        model.layers.lora_a[target][...] = jnp.asarray(case[f"initial/lora_a/{target}"])
+        model.layers.lora_b[target][...] = jnp.asarray(case[f"initial/lora_b/{target}"])
+    layers = list(head.hidden_layers) + [head.out]
+    for i, layer in enumerate(layers):
+        layer.kernel[...] = jnp.asarray(case[f"initial/head/{i}"])
+
+
+def _unpadded(row: np.ndarray) -> list[int]:
+    return [int(i) for i in row if i >= 0]
+
+
+def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
+    """The case's rows as our TokenBatch (features from our frozen base; old log-probs and
+    values, rewards, dones and bootstrap values as ADRL's buffer held them)."""
+    import jax.numpy as jnp
+
+    from poad_jax.config import default_config, rollout_config
+    from poad_jax.rollout import StepRecord
+    from poad_jax.token_batch import TokenBatch
+
+    meta = case["meta"]
+    texts = json.loads(str(case["candidate_texts"]))
+    token_level = method.scheme.token_level
+    rows = []
+    for n in range(len(case["rewards"])):
+        candidates = [_unpadded(c) for c in case["candidates"][n]][: len(texts[n])]
+        rows.append(StepRecord(
+            prompt=_unpadded(case["prompts"][n]), action_tokens=_unpadded(case["actions"][n]),
+            reward=float(case["rewards"][n]), done=bool(case["dones"][n]),
+            candidates=None if token_level else candidates, candidate_texts=None if token_level else texts[n],
+            chosen=int(case["chosen"][n]),
+        ))
+    config = default_config()
+    config.restricted_sampling = "action_scores"
+    config.twosome_normalization = meta["twosome_normalization"]
+    rconfig = rollout_config(config)
+    prompt_len = max(len(r.prompt) for r in rows)
+    arrays = method.scheme.pack(rows, prompt_len, rconfig, pad_id=0)
+    as_jax = {k: jnp.asarray(v) for k, v in arrays.items()}
+    view = _View(as_jax)
+    features = method.scheme.critic_features(graph, frozen, actor_lora, view, use_lora=False)
+    action_len = arrays["action_mask"].shape[-1]
+
+    def fit(x):  # ADRL's [N, max_new_tokens] -> our [N, A]
+        x = np.asarray(x, np.float32)
+        if x.ndim == 1:
+            return jnp.asarray(x)
+        out = np.zeros((x.shape[0], action_len), np.float32)
+        width = min(action_len, x.shape[1])
+        out[:, :width] = x[:, :width]
+        return jnp.asarray(out)
+
+    optional = ("chosen", "candidate_mask", "normalizer", "allowed_tokens", "allowed_mask")
+    return TokenBatch(
+        tokens=as_jax["tokens"], positions=as_jax["positions"], key_mask=as_jax["key_mask"],
+        action_mask=as_jax["action_mask"], rewards=jnp.asarray(case["rewards"], jnp.float32),
+        dones=jnp.asarray(case["dones"], bool), old_logprobs=fit(case["old_logprobs"]),
+        old_values=fit(case["old_values"]), features=features,
+        bootstrap_value=jnp.asarray(case["bootstrap_value"], jnp.float32),
+        **{name: as_jax.get(name) for name in optional},
+    ), fit
+
+
+class _View:
+    """Attribute access to packed arrays, with the TokenBatch's prompt/action lengths."""
+
+    def __init__(self, arrays):
+        self.__dict__.update(arrays)
+
+    @property
+    def action_len(self) -> int:
+        return self.action_mask.shape[-1]
+
+    @property
+    def prompt_len(self) -> int:
+        return self.tokens.shape[-1] - self.action_len
+
+
+def _flat_params(tree) -> dict[str, np.ndarray]:
+    """{"lora_a/q_proj" | "lora_b/v_proj" | "head/0" ...: array} of our params (or gradients) tree."""
+    import jax
+
+    out = {}
+    for path, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        names = [str(getattr(p, "key", getattr(p, "idx", getattr(p, "name", p)))) for p in path]
+        if names[0] == "actor":
+            kind = "lora_a" if "lora_a" in names else "lora_b"
+            out[f"{kind}/{names[-1] if names[-1] != 'value' else names[-2]}"] = np.asarray(value)
+        elif names[0] == "head" and "kernel" in names:
+            if "out" in names:
+                index = None
+            else:
+                index = int(names[names.index("hidden_layers") + 1])
+            out[f"head/{'out' if index is None else index}"] = np.asarray(value)
+    heads = sorted(k for k in out if k.startswith("head/") and k != "head/out")
+    if "head/out" in out:
+        out[f"head/{len(heads)}"] = out.pop("head/out")
+    return out
+
+
+def learner_config_of(meta: dict[str, Any], semantics: str):
+    from poad_jax.config import learner_config
+
+    adrl = semantics == "adrl"
+    return learner_config(
+        None, gamma=meta["gamma"], lam=meta["lam"], clip_eps=meta["clip_eps"], value_clip_eps=meta["value_clip_eps"],
+        vf_coef=meta["vf_coef"], ent_coef=meta["ent_coef"], max_grad_norm=meta["max_grad_norm"],
+        target_kl=meta["target_kl"], epochs=meta["epochs"], num_minibatches=meta["num_minibatches"],
+        accumulation_steps=1, actor_lr=meta["actor_lr"], critic_lr=meta["critic_lr"], adam_eps=meta["adam_eps"],
+        temperature=1.0, normalize_advantages=True, critic_kind="head",
+        kl_skip="actor" if adrl else "update", advantage_normalization="adrl" if adrl else "valid",
+        loss_chunks=int(meta["loss_chunks"]) if adrl else 1,
+    )
+
+
+def check_case(arrays: dict[str, np.ndarray], name: str, semantics: str = "adrl") -> list[dict[str, Any]]:
+    """Replays case `name` with poad_jax; one row per compared field:
+    {"field", "kind", "error", "tolerance", "ok"} (error: the largest over the case's minibatches)."""
+    import jax
+    from flax import nnx
+
+    from poad_jax.learner import build_update, init_train_state
+    from poad_jax.methods import make_method
+    from poad_jax.policy import ValueHead, split_policy
+
+    case = _case(arrays, name)
+    meta = case["meta"]
+    model = build_model(arrays, meta)
+    head = ValueHead(model.config.hidden_size, tuple(meta["head_sizes"]), bias=False, init="torch", rngs=nnx.Rngs(0))
+    set_weights(model, head, case)
+    graph, frozen, params = split_policy(model, head)
+    method = make_method(meta["method"], float(meta["gamma"]), float(meta["gamma_w"]))
+    lconfig = learner_config_of(meta, semantics)
+    batch, fit = build_batch(graph, frozen, params["actor"], case, method)
+    update, _ = build_update(graph, method, lconfig, minibatch_orders=case["orders"], record_minibatches=True)
+    state = init_train_state(params, lconfig, jax.random.key(0))
+    initial = _flat_params(state.params)
+    state, metrics = jax.jit(update)(state, frozen, batch)
+    final = _flat_params(state.params)
+    recorded = metrics["minibatches"]
+    rows = []
+
+    def add(field, kind, error):
+        rows.append({"field": field, "kind": kind, "error": float(error), "tolerance": TOLERANCES[kind],
+                     "ok": bool(error <= TOLERANCES[kind])})
+
+    valid = np.asarray(method.scheme.valid(batch))
+    for field in ("advantages", "returns"):
+        ours = np.where(valid, np.asarray(metrics[field]), 0.0)
+        add(field, "backup", relative_error(ours, np.where(valid, fit(case[field]), 0.0)))
+    objective = np.asarray(recorded["policy_loss"]) - lconfig.ent_coef * np.asarray(recorded["entropy"])
+    for field, ours in (("policy_objective", objective), ("value_loss", recorded["value_loss"]),
+                        ("entropy", recorded["entropy"]), ("approx_kl", recorded["approx_kl"])):
+        ours, theirs = np.asarray(ours), case[field]
+        floor = SCALAR_FLOORS[field]
+        add(field, "scalar", max(scalar_error(o, t, floor) for o, t in zip(ours.ravel(), theirs.ravel())))
+    skips = np.asarray(recorded["skipped"]) > 0.5
+    add("skipped", "skip", float(np.sum(skips != case["skipped"])))
+    grads = {key: np.asarray(value) for key, value in _flat_params(recorded["grads"]).items()}
+    for key in sorted(grads):
+        theirs = case[f"grads/{key}"]
+        errors = [relative_error(grads[key][e, m], theirs[e, m])
+                  for e in range(theirs.shape[0]) for m in range(theirs.shape[1])]
+        add(f"grad {key}", "grad", max(errors))
+    for key in sorted(final):
+        add(f"delta {key}", "delta", relative_error(final[key] - initial[key], case[f"delta/{key}"]))
+    return rows
+
+
+def coverage(arrays: dict[str, np.ndarray], name: str) -> dict[str, bool]:
+    """Which of the conditions the parity cases must include this case exercises (from its data)."""
+    case = _case(arrays, name)
+    meta = case["meta"]
+    actions = case["actions"]
+    lengths = np.sum(actions >= 0, axis=1)
+    token_level = meta["method"] != "twosome"
+    advantages = case["advantages"]
+    if token_level:
+        valid = np.arange(advantages.shape[1])[None, :] < lengths[:, None]
+        zero = bool(np.any((advantages == 0) & valid))
+    else:
+        zero = bool(np.any(advantages == 0))
+    norms = np.concatenate([case["actor_grad_norm"].ravel(), case["critic_grad_norm"].ravel()])
+    returns_differ = np.abs(case["returns"] - case["old_values"])
+    return {
+        "kl_skip": bool(np.any(case["skipped"])) and not bool(np.all(case["skipped"])),
+        "zero_advantages": zero,
+        "value_clipping": bool(np.any(returns_differ > meta["value_clip_eps"])),
+        "grad_clipping": bool(np.any(norms > meta["max_grad_norm"])),
+        "several_epochs": int(meta["epochs"]) > 1,
+        "multi_token_action": bool(np.any(lengths > 1)),
+        "episode_end_inside": bool(np.any(case["dones"])),
+        "loss_chunks": int(meta["loss_chunks"]) > 1,
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m poad_jax.bench adrl_parity", description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="tests/fixtures/adrl_update_cases.npz", help="case file (.npz)")
+    parser.add_argument("--semantics", default="adrl", choices=("adrl", "ours"),
+                        help="adrl: replay with the authors' semantics; ours: with poad_jax's defaults")
+    args = parser.parse_args(argv)
+    import jax
+
+    jax.config.update("jax_enable_x64", False)
+    try:
+        arrays, names = load_cases(args.cases)
+    except CaseFileError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    worst: dict[str, Any] = {}
+    failed = False
+    for name in names:
+        rows = check_case(arrays, name, args.semantics)
+        print(f"\ncase {name} ({args.semantics} semantics)")
+        print(f"{'field':<28}{'largest error':>16}{'tolerance':>12}  ok")
+        for row in rows:
+            print(f"{row['field']:<28}{row['error']:>16.3e}{row['tolerance']:>12.0e}  {'yes' if row['ok'] else 'NO'}")
+            failed |= not row["ok"]
+        worst[name] = max(rows, key=lambda r: r["error"] / max(r["tolerance"], 1e-12) if r["tolerance"] else
+                          (np.inf if r["error"] else 0.0))["field"]
+    print(json.dumps({"bench": "adrl_parity", "cases": names, "semantics": args.semantics, "ok": not failed,
+                      "worst_field": worst}))
+    return 1 if failed else 0
