@@ -54,30 +54,18 @@ PAPER_METHODS = {
 
 
 def get_config(method: str = "poad"):
-    if method not in PAPER_METHODS:
-        raise ValueError(f"unknown method {method!r} for this preset; choose one of {', '.join(PAPER_METHODS)}")
     config = poad_config.default_config()
     config.name = "virtualhome_paper"
-    config.preset = f"configs/virtualhome_paper.py:{method}"
-    config.method = method
     config.env.name = "virtualhome/food_preparation"
     config.prompt_format = "raw"
     config.num_threads = 4
     config.rollout_length = 32
     config.total_env_steps = 6_000
     config.sampling.temperature = 1.0
-    config.restricted_sampling = "action_scores"
-    config.twosome_normalization = "word"
     config.ppo.gamma = 0.95
     config.ppo.lam = 0.95
     config.ppo.actor_lr = 1e-6
     config.ppo.critic_lr = 5e-5
-    config.ppo.kl_skip = "actor"
-    config.ppo.advantage_normalization = "adrl"
-    for field, value in PAPER_METHODS[method].items():
-        config.ppo[field] = value
-    config.critic.bias = False
-    config.critic.init = "torch"
     config.discounted_return_gamma = 0.95
     config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/config.py; "float32" for exact matmuls
-    return config
+    return poad_config.set_authors_semantics(config, "configs/virtualhome_paper.py", method, PAPER_METHODS)

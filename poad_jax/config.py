@@ -161,6 +161,33 @@ def default_config() -> ml_collections.ConfigDict:
     return config
 
 
+def set_authors_semantics(config: ml_collections.ConfigDict, preset: str, method: str,
+                          method_settings: dict[str, dict[str, Any]]) -> ml_collections.ConfigDict:
+    """`config` with the POAD authors' learner semantics (docs/adrl_parity.md) and
+    `method`'s PPO settings from a preset's table `method_settings` (one place per
+    preset; the preset file cites their sources).
+
+    Sets: the method and `preset` ("<file>:<method>", checked by `validate`);
+    actions sampled from the word-normalised action scores; the value head
+    without biases in PyTorch's default init; a KL skip of the actor's step only;
+    the authors' advantage normalisation; then `ppo.<field>` for each of the
+    method's settings.
+    """
+    if method not in method_settings:
+        raise ValueError(f"unknown method {method!r} for {preset}; choose one of {', '.join(method_settings)}")
+    config.preset = f"{preset}:{method}"
+    config.method = method
+    config.restricted_sampling = "action_scores"
+    config.twosome_normalization = "word"
+    config.ppo.kl_skip = "actor"
+    config.ppo.advantage_normalization = "adrl"
+    config.critic.bias = False
+    config.critic.init = "torch"
+    for field, value in method_settings[method].items():
+        config.ppo[field] = value
+    return config
+
+
 def split_config_argument(spec: str | pathlib.Path) -> tuple[pathlib.Path, str | None]:
     """`("configs/x.py", "twosome")` for "configs/x.py:twosome" (ml_collections' config-file
     argument), `(path, None)` for a plain path."""

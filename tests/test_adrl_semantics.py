@@ -64,11 +64,12 @@ def test_torch_init_head_has_no_biases_and_pytorch_linear_ranges():
     assert np.all(np.asarray(default.out.kernel[...]) == 0)  # ours: V = 0 at the start
 
 
+@pytest.mark.parametrize("preset", ["virtualhome_paper", "overcooked_paper"])
 @pytest.mark.parametrize("method", ["poad", "ntpo", "twosome"])
-def test_the_paper_preset_takes_the_method_from_its_argument(method):
+def test_the_paper_preset_takes_the_method_from_its_argument(preset, method):
     import importlib.util
 
-    path = REPO / "configs" / "virtualhome_paper.py"
+    path = REPO / "configs" / f"{preset}.py"
     config = config_lib.load_config_file(f"{path}:{method}")
     spec = importlib.util.spec_from_file_location("virtualhome_paper", path)
     module = importlib.util.module_from_spec(spec)
@@ -77,12 +78,15 @@ def test_the_paper_preset_takes_the_method_from_its_argument(method):
     assert config.method == method and config.preset.endswith(f":{method}")
     for field, value in table.items():
         assert config.ppo[field] == value
-    assert (config.num_threads, config.rollout_length, config.ppo.actor_lr) == (4, 32, 1e-6)
-    assert config.critic.bias is False and config.ppo.kl_skip == "actor"
+    assert (config.num_threads, config.rollout_length) == (4, 32)
+    assert config.critic.bias is False and config.critic.init == "torch" and config.ppo.kl_skip == "actor"
+    assert config.ppo.advantage_normalization == "adrl" and config.restricted_sampling == "action_scores"
     config_lib.validate(config)
     config.method = "twosome" if method != "twosome" else "poad"
-    with pytest.raises(config_lib.ConfigError, match="choose the method with --config=configs/virtualhome_paper.py:"):
+    with pytest.raises(config_lib.ConfigError, match=f"choose the method with --config=configs/{preset}.py:"):
         config_lib.validate(config)
+    with pytest.raises(ValueError, match="unknown method"):
+        config_lib.load_config_file(f"{path}:ppo")
 
 
 def test_discounted_return_is_the_sum_of_discounted_rewards_per_episode():
