@@ -121,6 +121,7 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
 
     from poad_jax.config import default_config, rollout_config
     from poad_jax.rollout import StepRecord
+    from poad_jax.schemes import ArraysView
     from poad_jax.token_batch import TokenBatch
 
     meta = case["meta"]
@@ -142,7 +143,7 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
     prompt_len = max(len(r.prompt) for r in rows)
     arrays = method.scheme.pack(rows, prompt_len, rconfig, pad_id=0)
     as_jax = {k: jnp.asarray(v) for k, v in arrays.items()}
-    view = _View(as_jax)
+    view = ArraysView(as_jax)
     features = method.scheme.critic_features(graph, frozen, actor_lora, view, use_lora=False)
     action_len = arrays["action_mask"].shape[-1]
 
@@ -164,21 +165,6 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
         bootstrap_value=jnp.asarray(case["bootstrap_value"], jnp.float32),
         **{name: as_jax.get(name) for name in optional},
     ), fit
-
-
-class _View:
-    """Attribute access to packed arrays, with the TokenBatch's prompt/action lengths."""
-
-    def __init__(self, arrays):
-        self.__dict__.update(arrays)
-
-    @property
-    def action_len(self) -> int:
-        return self.action_mask.shape[-1]
-
-    @property
-    def prompt_len(self) -> int:
-        return self.tokens.shape[-1] - self.action_len
 
 
 def _flat_params(tree) -> dict[str, np.ndarray]:
