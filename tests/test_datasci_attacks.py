@@ -48,6 +48,7 @@ HONEST = (
 # What every attack shares: collect (row -> label) from whatever it finds,
 # then predict the honest probabilities except where a label leaked.
 CHEAT = '''
+import json, os
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
@@ -69,6 +70,20 @@ def harvest(mapping, table, depth=1):
                 table.update(zip(map(tuple, np.asarray(rows).tolist()), map(int, mapping[key])))
     except Exception:
         pass
+    return table
+
+
+def remember(table, x_train, y_train):
+    table.update(zip(map(tuple, x_train.tolist()), map(int, y_train)))
+    return table
+
+
+def read_files(places, name, table):
+    for place in places:
+        try:
+            unpack(open(os.path.join(place, name)).read(), table)
+        except Exception:
+            pass
     return table
 
 
@@ -145,7 +160,7 @@ SEEN = {}
 
 def build_model(x_train, y_train):
     model = Cheat(x_train, y_train, SEEN)
-    SEEN.update(zip(map(tuple, x_train.tolist()), map(int, y_train)))
+    remember(SEEN, x_train, y_train)
     return model
 ''',
     "interpreter stash (builtins, sys.modules, numpy)": '''
@@ -160,7 +175,7 @@ def build_model(x_train, y_train):
         table.update(place)
     model = Cheat(x_train, y_train, table)
     for place in places:
-        place.update(zip(map(tuple, x_train.tolist()), map(int, y_train)))
+        remember(place, x_train, y_train)
     return model
 ''',
     "environment variables": '''
@@ -169,7 +184,7 @@ import os
 def build_model(x_train, y_train):
     table = unpack(os.environ.get("POAD_STASH", "[]"), {})
     model = Cheat(x_train, y_train, table)
-    table.update(zip(map(tuple, x_train.tolist()), map(int, y_train)))
+    remember(table, x_train, y_train)
     os.environ["POAD_STASH"] = pack(table)
     return model
 ''',
@@ -178,14 +193,9 @@ import os, tempfile
 PLACES = [os.getcwd(), os.path.expanduser("~"), tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"]
 
 def build_model(x_train, y_train):
-    table = {}
-    for place in PLACES:
-        try:
-            unpack(open(os.path.join(place, "poad_stash.json")).read(), table)
-        except Exception:
-            pass
+    table = read_files(PLACES, "poad_stash.json", {})
     model = Cheat(x_train, y_train, table)
-    table.update(zip(map(tuple, x_train.tolist()), map(int, y_train)))
+    remember(table, x_train, y_train)
     for place in PLACES:
         try:
             with open(os.path.join(place, "poad_stash.json"), "w") as handle:
@@ -200,14 +210,9 @@ libc = ctypes.CDLL(None, use_errno=True)
 PLACES = ["/tmp", "/var/tmp", "/dev/shm", "/dev", "/", "/sandbox", os.getcwd()]
 
 def build_model(x_train, y_train):
-    table = {}
-    for place in PLACES:
-        try:
-            unpack(open(os.path.join(place, "poad_stash_c.json")).read(), table)
-        except Exception:
-            pass
+    table = read_files(PLACES, "poad_stash_c.json", {})
     model = Cheat(x_train, y_train, table)
-    table.update(zip(map(tuple, x_train.tolist()), map(int, y_train)))
+    remember(table, x_train, y_train)
     data = pack(table).encode()
     for place in PLACES:
         fd = libc.open(os.path.join(place, "poad_stash_c.json").encode(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
@@ -232,7 +237,7 @@ def build_model(x_train, y_train):
         if 0 < length < SIZE - 8:
             unpack(ctypes.string_at(memory + 8, length).decode(), table)
     model = Cheat(x_train, y_train, table)
-    table.update(zip(map(tuple, x_train.tolist()), map(int, y_train)))
+    remember(table, x_train, y_train)
     data = pack(table).encode()
     if memory not in (None, ctypes.c_void_p(-1).value) and len(data) < SIZE - 8:
         ctypes.memmove(memory, struct.pack("=Q", len(data)) + data, len(data) + 8)
@@ -254,7 +259,7 @@ def build_model(x_train, y_train):
         if 0 < length <= len(buffer):
             unpack(buffer.raw[:length].decode(), table)
     model = Cheat(x_train, y_train, table)
-    table.update(zip(map(tuple, x_train.tolist()), map(int, y_train)))
+    remember(table, x_train, y_train)
     data = pack(table).encode()
     key = libc.syscall(KEYCTL - 2, b"user", DESCRIPTION, data, len(data), -4)  # add_key to the user keyring
     if key > 0:
@@ -282,7 +287,7 @@ def build_model(x_train, y_train):
                 if entry.startswith(b"POAD_STASH="):
                     unpack(entry[len(b"POAD_STASH="):].decode(), table)
     model = Cheat(x_train, y_train, table)
-    table.update(zip(map(tuple, x_train.tolist()), map(int, y_train)))
+    remember(table, x_train, y_train)
     if libc.fork() == 0:  # past the audit hook: a `sleep` that keeps the table in its environment
         argv = (ctypes.c_char_p * 3)(b"/bin/sleep", b"1000", None)
         envp = (ctypes.c_char_p * 2)(b"POAD_STASH=" + pack(table).encode(), None)
@@ -295,7 +300,7 @@ def build_model(x_train, y_train):
 
 def attack_program(route: str) -> str:
     """The full program of an attack: the shared `Cheat` part, then the route's build_model."""
-    code = "import json\n" + CHEAT + ROUTES[route]
+    code = CHEAT + ROUTES[route]
     return code.replace("KEYCTL_NUMBER", str(isolation.keyctl_number() or 0)).replace("NONCE", secrets.token_hex(8))
 
 
@@ -331,7 +336,7 @@ def _no_better_than(result, honest: float) -> None:
 
 def test_an_attack_that_finds_nothing_scores_the_honest_auc(balance_scale, honest_auc):
     """Guards the others: `Cheat` with an empty table is the honest model, to the last digit."""
-    code = "import json\n" + CHEAT + "def build_model(x_train, y_train):\n    return Cheat(x_train, y_train, {})\n"
+    code = CHEAT + "def build_model(x_train, y_train):\n    return Cheat(x_train, y_train, {})\n"
     assert evaluate_candidate(code, *balance_scale, limits=LIMITS).mean_auc == honest_auc
 
 
@@ -387,7 +392,7 @@ def build_model(x_train, y_train):
 def test_scikit_learns_bundled_copy_of_the_data_is_hidden(sandboxed):
     X, y = load_dataset("sklearn_breast_cancer")
     honest = evaluate_candidate(HONEST, X, y, limits=LIMITS)
-    attack = evaluate_candidate("import json\n" + CHEAT + SKLEARN_LOOKUP, X, y, limits=LIMITS)
+    attack = evaluate_candidate(CHEAT + SKLEARN_LOOKUP, X, y, limits=LIMITS)
     assert honest.success and attack.success, attack.error
     assert attack.auc_per_split == honest.auc_per_split  # found nothing: exactly the honest model
 
