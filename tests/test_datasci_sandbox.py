@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import errno
 import json
 import os
 import pathlib
@@ -334,16 +335,21 @@ def test_probe_shows_an_unprivileged_candidate_in_its_own_namespaces(contained):
         assert contained[f"{kind}_ns"] != os.readlink(f"/proc/self/ns/{kind}")
     assert contained["cap_eff"] == 0 and contained["no_new_privs"] == "1"
     assert contained["etc_shadow_visible"] is False
+    assert contained["keyring_errno"] == errno.EPERM  # the seccomp filter refuses the keyring calls
 
 
 def test_probe_problems_name_each_broken_guarantee():
     own = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in ("pid", "net", "mnt")}
     facts = {"uid": 0, "uid_map": sandbox.IDENTITY_UID_MAP, "pid_ns": own["pid"], "net_ns": own["net"],
-             "mnt_ns": "mnt:[1]", "cap_eff": 1 << 21, "no_new_privs": "0", "etc_shadow_visible": True}
+             "mnt_ns": "mnt:[1]", "cap_eff": 1 << 21, "no_new_privs": "0", "etc_shadow_visible": True,
+             "keyring_errno": 0}
     problems = " | ".join(sandbox.probe_problems(facts, trainer_uid=0, expected_uid=65534))
-    for fragment in ("host uid 0", "pid namespace", "net namespace", "capabilities", "no_new_privs", "/etc/shadow"):
+    for fragment in ("host uid 0", "pid namespace", "net namespace", "capabilities", "no_new_privs", "/etc/shadow",
+                     "keyrings are not closed (keyctl errno 0)"):
         assert fragment in problems
     assert "mnt namespace" not in problems
+    closed = sandbox.probe_problems({**facts, "keyring_errno": errno.EPERM}, trainer_uid=0, expected_uid=65534)
+    assert not any("keyring" in problem for problem in closed)
     # A user namespace: its uids say nothing about the host, only who made it does.
     in_userns = {**facts, "uid": 65534, "uid_map": [[65534, 0, 1]]}
     assert "host uid None" in " ".join(sandbox.probe_problems(dict(in_userns), trainer_uid=0, expected_uid=65534))

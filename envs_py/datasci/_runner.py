@@ -1,11 +1,13 @@
-"""Sandbox runner: executed as `python -I _runner.py WORKDIR` in a fresh process.
+"""Sandbox runner: executed as `python -I _runner.py WORKDIR` in a fresh process, once per split.
 
-Never imported by the trainer.  It reads one job from stdin (a line of
-JSON with the limits and the candidate's code, then an `.npz` with the
-features, the split indices and only the training labels), applies the limits, installs an
-audit hook that confines the candidate, runs the candidate's `build_model`
-on each split and writes one `.npz` (a JSON status and the test-set
-probabilities) to its original stdout.  Everything the candidate prints,
+Never imported by the trainer.  It reads one split's job from stdin (a line
+of JSON with the limits and the candidate's code, then an `.npz` with that
+split's training rows and labels, its test rows' features and the class
+list), applies the limits, installs an audit hook that confines the
+candidate, runs the candidate's `build_model` once and writes one `.npz` (a
+JSON status and the test rows' probabilities) to its original stdout.  The
+process holds nothing of any other split, so walking the stack or the heap
+finds only what `build_model` was given.  Everything the candidate prints,
 through Python or through descriptors 1 and 2, goes to stderr, which the
 trainer reads with a cap.  The parent computes the scores; this process
 never sees a test label.  Inside bubblewrap WORKDIR is a private tmpfs; in
@@ -198,6 +200,7 @@ def class_probabilities(model, x_test, classes):
 
 
 def main():
+    """Runs the candidate on this process's split and writes the result; exits without teardown."""
     classes = [int(c) for c in DATA["classes"]]
     namespace = {"__name__": "candidate", "__builtins__": __builtins__}
     sys.addaudithook(audit)
@@ -208,11 +211,8 @@ def main():
         build_model = namespace.get("build_model")
         if not callable(build_model):
             raise NameError("the code does not define a function build_model(x_train, y_train)")
-        X = DATA["X"]
-        for split in range(int(DATA["num_splits"])):
-            train, test = DATA[f"train_{split}"], DATA[f"test_{split}"]
-            model = build_model(X[train].copy(), DATA[f"y_train_{split}"].copy())
-            results[f"proba_{split}"] = class_probabilities(model, X[test].copy(), classes)
+        model = build_model(DATA["x_train"].copy(), DATA["y_train"].copy())
+        results["proba"] = class_probabilities(model, DATA["x_test"].copy(), classes)
         status = {"ok": True}
     except BaseException as error:  # SystemExit and KeyboardInterrupt included
         sys.stdout = sys.stderr = sys.__stderr__

@@ -2,8 +2,9 @@
 
 An episode is one dataset.  The observation asks for the body of
 `build_model(x_train, y_train)`; the action is free text (code).  Each step
-extracts a program from the text and runs it in the sandbox on 5 shuffled
-50/50 splits (random_state 0..4).  Success: reward = mean ROC AUC, episode
+extracts a program from the text and runs it on 5 shuffled 50/50 splits
+(random_state 0..4), each split in a sandbox of its own that holds only that
+split's training rows and labels and its test rows' features.  Success: reward = mean ROC AUC, episode
 done, `info["success"] = True`, `info["auc_per_split"]`.  Failure: reward
 `failure_reward` (-1), the next observation is a retry prompt with the
 truncated error and the previous code; the episode ends after
@@ -107,4 +108,4 @@ class DataSciEnv:
         return evaluate_candidate(program, self.X, self.y, self.limits, self.splits)
 
     def close(self) -> None:
-        """Nothing to release: each attempt's process is gone when step returns."""
+        """Nothing to release: each attempt's processes are gone when step returns."""

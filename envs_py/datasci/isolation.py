@@ -11,7 +11,14 @@ UTS, cgroup and mount namespaces; its root is an empty tmpfs that holds only:
 - the runner script, read-only, at `SANDBOX_RUNNER`;
 - a fresh `/proc` of the new PID namespace and a minimal `/dev`;
 - its working directory `SANDBOX_WORKDIR`, a size-capped tmpfs that exists
-  only in the sandbox's mount namespace (nothing on the host's disk).
+  only in the sandbox's mount namespace (nothing on the host's disk);
+- an empty read-only tmpfs over each directory of `HIDDEN_DATA` (scikit-learn's
+  bundled tables, which hold the labels of two of our datasets).
+
+A seccomp filter (`keyring_filter`, loaded by bwrap) refuses the kernel keyring
+calls: a key of uid 65534 outlives every sandbox, so it would carry one run's
+labels to the next.  Each split of a program gets a sandbox of its own, so
+nothing else of one run survives into another.
 
 Who the candidate is:
 - Trainer is root: bwrap runs privileged (no user namespace) and drops every
@@ -34,12 +41,15 @@ sandbox when the trainer thread that started it dies, `kill -9` included.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import math
 import os
 import pathlib
+import platform
 import shutil
+import struct
 import subprocess
 from typing import Sequence
 
@@ -55,6 +65,30 @@ SETPRIV_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
 # Seconds the inner clock allows beyond the trainer's, so that the trainer's
 # own timeout normally fires first and reports a TimeoutError.
 INNER_CLOCK_SLACK_S = 2
+# Directories below a site-packages directory that the candidate must not see:
+# scikit-learn's bundled tables include breast_cancer and wine, two of our
+# datasets, labels and all.
+HIDDEN_DATA = ("sklearn/datasets/data",)
+# add_key, request_key and keyctl by audit architecture (linux/audit.h).  A key
+# in the user keyring of uid 65534 outlives every sandbox, so these calls
+# would let one run leave labels for the next one.
+KEYRING_SYSCALLS = {
+    0xC000003E: (248, 249, 250, 0x40000000 | 248, 0x40000000 | 249, 0x40000000 | 250),  # x86_64 (and x32)
+    0x40000003: (286, 287, 288),  # i386, reachable from x86_64 through int 0x80
+    0xC00000B7: (217, 218, 219),  # aarch64
+    0x40000028: (309, 310, 311),  # arm
+    0xC00000F3: (217, 218, 219),  # riscv64
+}
+# keyctl's number for this machine's native system calls, for the probe.
+KEYCTL_BY_MACHINE = {"x86_64": 250, "amd64": 250, "aarch64": 219, "arm64": 219, "riscv64": 219, "armv7l": 311,
+                     "i686": 288}
+# Classic BPF opcodes and seccomp return values (linux/filter.h, linux/seccomp.h).
+_BPF_LOAD_WORD = 0x20  # BPF_LD | BPF_W | BPF_ABS
+_BPF_JUMP_IF_EQUAL = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+_BPF_RETURN = 0x06  # BPF_RET | BPF_K
+_SECCOMP_ALLOW = 0x7FFF0000
+_SECCOMP_ERRNO = 0x00050000
+_NR_OFFSET, _ARCH_OFFSET = 0, 4  # in struct seccomp_data
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -64,6 +98,36 @@ class SandboxUnavailableError(RuntimeError):
 def allow_unsandboxed_from_env() -> bool:
     """True when `$POAD_ALLOW_UNSANDBOXED` is 1/true/yes (the trainer's explicit opt-out)."""
     return os.environ.get(ALLOW_UNSANDBOXED_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def keyctl_number(machine: str | None = None) -> int | None:
+    """Returns keyctl's system call number on `machine` (default: this one), or None when unknown."""
+    return KEYCTL_BY_MACHINE.get((machine or platform.machine()).lower())
+
+
+def _bpf(code: int, k: int, jump_true: int = 0, jump_false: int = 0) -> bytes:
+    """One classic BPF instruction (struct sock_filter), in this machine's byte order."""
+    return struct.pack("=HBBI", code, jump_true, jump_false, k)
+
+
+def keyring_filter() -> bytes:
+    """Returns a seccomp program (for `bwrap --seccomp`) that fails the keyring calls with EPERM.
+
+    It loads the caller's architecture; for each one of `KEYRING_SYSCALLS` a
+    block loads the call's number and jumps to the final EPERM on a keyring
+    call.  Every other call, and every architecture not listed, is allowed.
+    """
+    deny = 1 + sum(len(numbers) + 3 for numbers in KEYRING_SYSCALLS.values()) + 1  # the last instruction
+    program = [_bpf(_BPF_LOAD_WORD, _ARCH_OFFSET)]
+    for arch, numbers in KEYRING_SYSCALLS.items():
+        program.append(_bpf(_BPF_JUMP_IF_EQUAL, arch, 0, len(numbers) + 2))  # another arch: the next block
+        program.append(_bpf(_BPF_LOAD_WORD, _NR_OFFSET))
+        for number in numbers:
+            program.append(_bpf(_BPF_JUMP_IF_EQUAL, number, deny - len(program) - 1, 0))
+        program.append(_bpf(_BPF_RETURN, _SECCOMP_ALLOW))
+    program.append(_bpf(_BPF_RETURN, _SECCOMP_ALLOW))
+    program.append(_bpf(_BPF_RETURN, _SECCOMP_ERRNO | errno.EPERM))
+    return b"".join(program)
 
 
 def find_tool(name: str) -> str | None:
@@ -111,6 +175,17 @@ def read_only_binds(python: str) -> list[str]:
     return binds
 
 
+def hidden_data_dirs(python: str) -> list[str]:
+    """Returns the directories of `HIDDEN_DATA` below `python`'s prefixes that exist on the host."""
+    found = []
+    for prefix in interpreter_prefixes(python):
+        for relative in HIDDEN_DATA:
+            path = os.path.join(prefix, relative)
+            if os.path.isdir(path) and path not in found:
+                found.append(path)
+    return found
+
+
 def _parent_directories(paths: Sequence[str]) -> list[str]:
     """Returns every ancestor of `paths` below `/`, outermost first, without duplicates."""
     parents: list[str] = []
@@ -123,14 +198,16 @@ def _parent_directories(paths: Sequence[str]) -> list[str]:
 
 
 def bwrap_command(python: str, runner: str, uid: int, wall_seconds: float, workdir_bytes: int,
-                  info_fd: int | None = None, is_root: bool | None = None) -> list[str]:
+                  info_fd: int | None = None, is_root: bool | None = None, seccomp_fd: int | None = None) -> list[str]:
     """Returns the argv that runs `python -I runner SANDBOX_WORKDIR` inside a new sandbox.
 
     `uid` is the host user of the candidate when the trainer is root; see the
     module docstring for the layout and for the non-root case.  `info_fd`
     (inherited by bwrap) receives bwrap's JSON with the host pid of the
-    sandbox's first process, which the trainer kills to end the sandbox.  Raises
-    SandboxUnavailableError when bwrap, timeout or (root) setpriv is missing.
+    sandbox's first process, which the trainer kills to end the sandbox.
+    `seccomp_fd` (inherited) holds `keyring_filter()`, read by bwrap to its
+    end.  Raises SandboxUnavailableError when bwrap, timeout or (root)
+    setpriv is missing.
     """
     is_root = os.geteuid() == 0 if is_root is None else is_root
     tools = {name: find_tool(name) for name in ("bwrap", "timeout", *(["setpriv"] if is_root else []))}
@@ -143,6 +220,8 @@ def bwrap_command(python: str, runner: str, uid: int, wall_seconds: float, workd
             "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     if is_root:
         argv += [arg for cap in SETPRIV_CAPS for arg in ("--cap-add", cap)]
     else:
@@ -161,6 +240,8 @@ def bwrap_command(python: str, runner: str, uid: int, wall_seconds: float, workd
     for path in SYSTEM_FILES:
         if os.path.isfile(path):
             argv += ["--ro-bind", path, path]
+    for hidden in hidden_data_dirs(python):
+        argv += ["--perms", "0555", "--tmpfs", hidden, "--remount-ro", hidden]
     argv += ["--ro-bind", str(runner), SANDBOX_RUNNER, "--proc", "/proc", "--dev", "/dev",
              "--size", str(int(workdir_bytes)), "--perms", "1777", "--tmpfs", SANDBOX_WORKDIR,
              "--chdir", SANDBOX_WORKDIR, "--"]

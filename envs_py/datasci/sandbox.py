@@ -1,15 +1,20 @@
 """Runs generated `build_model` code behind an operating-system boundary and scores it.
 
-`evaluate_candidate(code, X, y, limits)` starts `python -I _runner.py` inside
-a bubblewrap sandbox (`envs_py.datasci.isolation`): its own PID, network and
-mount namespaces, an unprivileged uid, a read-only view of the interpreter
-and a private tmpfs as working directory.  The job (limits, code, features,
-split indices, training labels only) goes in through a pipe, so no copy of
-the data is ever written to the host's disk; the test-set probabilities come
-back through another pipe and this process computes the ROC AUCs.  The wall
-clock is enforced here and, by `timeout`, inside the sandbox; the runner
-adds resource limits and a Python audit hook as a second layer.  The
-trainer never imports or executes generated code itself.
+`evaluate_candidate(code, X, y, limits)` scores the code on each split in a
+fresh `python -I _runner.py` of its own, inside a bubblewrap sandbox of its
+own (`envs_py.datasci.isolation`): its own PID, network, IPC and mount
+namespaces, an unprivileged uid, a read-only view of the interpreter and a
+private tmpfs as working directory.  The splits run one after another and
+each sandbox is gone before the next starts, so the code under test sees
+only its split's training rows and labels and the test rows' features:
+nothing of another split, and nothing left by its own earlier calls.  One
+split's job (limits, code, those arrays) goes in through a pipe, so no copy
+of the data is ever written to the host's disk; the test-set probabilities
+come back through another pipe and this process computes the ROC AUCs.  The
+wall clock, for all splits together, is enforced here and, by `timeout`,
+inside each sandbox; the runner adds resource limits and a Python audit hook
+as a second layer.  The trainer never imports or executes generated code
+itself.
 
 Before the first candidate of a process, a probe program runs through the
 same path and must show that it is not root, has no capability, and lives in
@@ -17,19 +22,22 @@ its own PID, network and mount namespaces.  When bubblewrap is missing or
 the probe fails, candidates are refused (`SandboxUnavailableError`) unless
 the user allowed unsandboxed runs explicitly (`SandboxLimits(
 allow_unsandboxed=True)` or `$POAD_ALLOW_UNSANDBOXED=1`); each process then
-logs a warning once and runs the runner as a plain child process, where
-only the audit hook and the resource limits apply.  See docs/datasci.md.
+logs a warning once and runs the runner as a plain child process per
+split, in a fresh temporary directory, where only the audit hook and the
+resource limits apply.  See docs/datasci.md.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import errno
 import io
 import json
 import logging
 import os
 import pathlib
+import platform
 import re
 import selectors
 import shutil
@@ -172,8 +180,15 @@ def scrubbed_environment(workdir: str | os.PathLike) -> dict[str, str]:
     }
 
 
-def job_payload(code: str, X: np.ndarray, y: np.ndarray, splits, limits: SandboxLimits, sandboxed: bool) -> bytes:
-    """Returns the runner's stdin: one JSON line (limits, code), then an .npz of features, splits, training labels."""
+def job_payload(code: str, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, classes: np.ndarray,
+                limits: SandboxLimits, sandboxed: bool) -> bytes:
+    """Returns the runner's stdin for one split: one JSON line (limits, code), then an .npz of its arrays.
+
+    The arrays are the split's training rows and labels, its test rows'
+    features and the classes of the whole dataset (to align the
+    probabilities): nothing that belongs to another split.  The limits are
+    the same for every split, so they carry nothing from one to the next.
+    """
     job = {
         "cpu_seconds": limits.cpu_seconds,
         "memory_bytes": limits.memory_bytes,
@@ -184,11 +199,9 @@ def job_payload(code: str, X: np.ndarray, y: np.ndarray, splits, limits: Sandbox
         # Model text may hold lone surrogates; they become "?", never an error here.
         "code": code.encode("utf-8", errors="replace").decode("utf-8"),
     }
-    arrays = {"X": np.asarray(X, dtype=np.float64), "classes": np.unique(y), "num_splits": np.int64(len(splits))}
-    for s, (train, test) in enumerate(splits):
-        arrays.update({f"train_{s}": np.asarray(train), f"test_{s}": np.asarray(test), f"y_train_{s}": y[train]})
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    np.savez(buffer, x_train=np.asarray(x_train, dtype=np.float64), y_train=np.asarray(y_train),
+             x_test=np.asarray(x_test, dtype=np.float64), classes=np.asarray(classes))
     return json.dumps(job).encode("ascii") + b"\n" + buffer.getvalue()
 
 
@@ -205,7 +218,7 @@ class _Exchange:
     log_bytes: int = 0
     info: bytearray = dataclasses.field(default_factory=bytearray)
     timed_out: bool = False
-    overflow: str = ""
+    overflow: str = ""  # "result" or "log": the stream that passed its cap
 
 
 def _exchange(process: subprocess.Popen, payload: bytes, deadline: float, result_cap: int, log_cap: int,
@@ -213,7 +226,7 @@ def _exchange(process: subprocess.Popen, payload: bytes, deadline: float, result
     """Feeds `payload` to stdin and reads stdout (result), stderr (log) and bwrap's info until EOF.
 
     Stops early at the deadline (`timed_out`) or when a stream passes its cap
-    (`overflow` says which); the caller then ends the process.
+    (`overflow` names it); the caller then ends the process.
     """
     got = _Exchange()
     selector = selectors.DefaultSelector()
@@ -249,13 +262,13 @@ def _exchange(process: subprocess.Popen, payload: bytes, deadline: float, result
                 if key.data == "result":
                     got.result += data
                     if len(got.result) > result_cap:
-                        got.overflow = f"the result stream passed {result_cap} bytes"
+                        got.overflow = "result"
                         return got
                 elif key.data == "log":
                     got.log_bytes += len(data)
                     got.log_tail = (got.log_tail + data)[-4 * ERROR_TAIL_CHARS:]
                     if got.log_bytes > log_cap:
-                        got.overflow = f"OverflowError: output limit of {log_cap} characters exceeded"
+                        got.overflow = "log"
                         return got
                 else:
                     got.info += data[:READ_CHUNK]
@@ -349,28 +362,32 @@ def _members_of(session: int) -> list[int]:
     return members
 
 
-def _run(argv: list[str], payload: bytes, limits: SandboxLimits, cwd: str, env: dict, start: float,
-         result_cap: int, sandboxed: bool, info_pipe: tuple[int, int] | None) -> tuple[int, _Exchange]:
-    """Runs one child to its end (or kills it) and returns (exit status, what it sent)."""
+def _run(argv: list[str], payload: bytes, cwd: str, env: dict, deadline: float, result_cap: int, log_cap: int,
+         sandboxed: bool, info_pipe: tuple[int, int] | None = None, pass_fds: tuple[int, ...] = ()) -> tuple[int, _Exchange]:
+    """Runs one child to its end (or kills it at `deadline`) and returns (exit status, what it sent).
+
+    The write end of `info_pipe` and `pass_fds` are inherited by the child
+    and closed here once it has started; the read end is closed at the end.
+    """
     info_r = info_pipe[0] if info_pipe else None
+    inherited = (*((info_pipe[1],) if info_pipe else ()), *pass_fds)
     try:
         process = subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, close_fds=True, pass_fds=(info_pipe[1],) if info_pipe else (),
+            start_new_session=True, close_fds=True, pass_fds=inherited,
         )
     except BaseException:
-        for fd in info_pipe or ():
+        for fd in (*inherited, *((info_r,) if info_r is not None else ())):
             os.close(fd)
         raise
+    for fd in inherited:
+        os.close(fd)
     got = _Exchange()
     try:
-        if info_pipe:
-            os.close(info_pipe[1])
-            info_pipe = None
-        got = _exchange(process, payload, start + limits.wall_seconds, result_cap, limits.max_output_chars, info_r)
+        got = _exchange(process, payload, deadline, result_cap, log_cap, info_r)
         if not (got.timed_out or got.overflow):
             try:
-                process.wait(timeout=max(0.0, start + limits.wall_seconds - time.monotonic()))
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 got.timed_out = True
     finally:
@@ -381,78 +398,133 @@ def _run(argv: list[str], payload: bytes, limits: SandboxLimits, cwd: str, env: 
             process.wait()
         for stream in (process.stdin, process.stdout, process.stderr):
             stream.close()
-        for fd in (info_r, *(info_pipe or ())):
-            if fd is not None:
-                os.close(fd)
+        if info_r is not None:
+            os.close(info_r)
     return process.returncode, got
 
 
-def _result_cap(y: np.ndarray, splits) -> int:
-    """Bytes the result stream may hold: every split's float64 probabilities plus overhead."""
-    num_classes = len(np.unique(y))
-    return sum(len(test) for _, test in splits) * num_classes * 8 + RESULT_OVERHEAD_BYTES
+def _filter_pipe() -> int:
+    """Returns the read end of a pipe that holds `isolation.keyring_filter()` and is closed for writing."""
+    read_end, write_end = os.pipe()
+    try:
+        program = isolation.keyring_filter()  # a few hundred bytes: fits the pipe's buffer
+        while program:
+            program = program[os.write(write_end, program):]
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
+
+
+def _run_sandboxed(payload: bytes, limits: SandboxLimits, deadline: float, result_cap: int, log_cap: int,
+                   python: str) -> tuple[int, _Exchange]:
+    """Runs one split's job in a new bubblewrap sandbox, with the keyring filter, and ends it."""
+    info_pipe = os.pipe()
+    opened = list(info_pipe)
+    try:
+        seccomp_r = _filter_pipe()
+        opened.append(seccomp_r)
+        # The inner clock is the whole run's, the same for every split: it tells a split nothing.
+        argv = isolation.bwrap_command(python, str(RUNNER), limits.run_as_uid, limits.wall_seconds,
+                                       limits.workdir_bytes, info_fd=info_pipe[1], seccomp_fd=seccomp_r)
+    except BaseException:
+        for fd in opened:
+            os.close(fd)
+        raise
+    env = scrubbed_environment(isolation.SANDBOX_WORKDIR)
+    return _run(argv, payload, "/", env, deadline, result_cap, log_cap, True, info_pipe, (seccomp_r,))
+
+
+def _run_unsandboxed(payload: bytes, deadline: float, result_cap: int, log_cap: int, base_dir,
+                     python: str) -> tuple[int, _Exchange]:
+    """Runs one split's job as a plain child process in a new temporary directory, removed afterwards."""
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="poad_sandbox_", dir=base_dir))
+    try:
+        argv = [python, "-I", str(RUNNER), str(workdir)]
+        return _run(argv, payload, str(workdir), scrubbed_environment(workdir), deadline, result_cap, log_cap,
+                    False)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _result_cap(num_test: int, num_classes: int) -> int:
+    """Bytes one split's result stream may hold: its float64 probabilities plus overhead."""
+    return num_test * num_classes * 8 + RESULT_OVERHEAD_BYTES
+
+
+@dataclasses.dataclass(frozen=True)
+class _SplitOutcome:
+    """What one split's run gave: its AUC, or the error that fails the whole candidate."""
+
+    auc: float = float("nan")
+    error: str = ""
+    network_isolated: bool = False
 
 
 def _evaluate(code, X, y, limits, splits, base_dir, python, sandboxed: bool) -> CandidateResult:
+    """Scores `code` split by split, each in a fresh runner, within one wall clock; stops at the first failure."""
     start = time.monotonic()
-    payload = job_payload(code, X, y, splits, limits, sandboxed)
-    cap = _result_cap(y, splits)
-    if sandboxed:
-        info_pipe = os.pipe()
-        try:
-            argv = isolation.bwrap_command(python, str(RUNNER), limits.run_as_uid, limits.wall_seconds,
-                                           limits.workdir_bytes, info_fd=info_pipe[1])
-        except BaseException:
-            os.close(info_pipe[0])
-            os.close(info_pipe[1])
-            raise
-        env = scrubbed_environment(isolation.SANDBOX_WORKDIR)
-        returncode, got = _run(argv, payload, limits, "/", env, start, cap, True, info_pipe)
-    else:
-        workdir = pathlib.Path(tempfile.mkdtemp(prefix="poad_sandbox_", dir=base_dir))
-        try:
-            argv = [python, "-I", str(RUNNER), str(workdir)]
-            returncode, got = _run(argv, payload, limits, str(workdir), scrubbed_environment(workdir), start, cap,
-                                   False, None)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-    seconds = time.monotonic() - start
+    deadline = start + limits.wall_seconds
+    classes = np.unique(y)
+    aucs, isolated, printed = [], True, 0
+    for index, (train, test) in enumerate(splits):
+        payload = job_payload(code, X[train], y[train], X[test], classes, limits, sandboxed)
+        cap = _result_cap(len(test), len(classes))
+        log_cap = limits.max_output_chars - printed  # the output limit is the candidate's, over all splits
+        if sandboxed:
+            returncode, got = _run_sandboxed(payload, limits, deadline, cap, log_cap, python)
+        else:
+            returncode, got = _run_unsandboxed(payload, deadline, cap, log_cap, base_dir, python)
+        printed += got.log_bytes
+        outcome = _split_outcome(got, returncode, y[test], classes, index, limits, sandboxed)
+        isolated = isolated and outcome.network_isolated
+        if outcome.error:
+            return CandidateResult(False, error=outcome.error, seconds=time.monotonic() - start,
+                                   network_isolated=isolated, sandboxed=sandboxed)
+        aucs.append(outcome.auc)
+    return CandidateResult(True, tuple(aucs), seconds=time.monotonic() - start, network_isolated=isolated,
+                           sandboxed=sandboxed)
+
+
+def _split_outcome(got: _Exchange, returncode: int, y_test, classes, index: int, limits: SandboxLimits,
+                   sandboxed: bool) -> _SplitOutcome:
+    """Turns one split's exchange into its AUC or the candidate's error."""
     if got.timed_out:
-        error = f"TimeoutError: the code ran longer than {limits.wall_seconds:g} s"
-        return CandidateResult(False, error=error, seconds=seconds, sandboxed=sandboxed)
+        return _SplitOutcome(error=f"TimeoutError: the code ran longer than {limits.wall_seconds:g} s")
+    if got.overflow == "log":
+        return _SplitOutcome(error=f"OverflowError: output limit of {limits.max_output_chars} characters exceeded")
     if got.overflow:
-        return CandidateResult(False, error=got.overflow, seconds=seconds, sandboxed=sandboxed)
-    return _read_result(bytes(got.result), bytes(got.log_tail), y, splits, returncode, seconds, sandboxed)
+        return _SplitOutcome(error=f"the result stream passed {_result_cap(len(y_test), len(classes))} bytes")
+    return _read_result(bytes(got.result), bytes(got.log_tail), y_test, classes, index, returncode, sandboxed)
 
 
-def _read_result(data: bytes, log: bytes, y, splits, returncode: int, seconds: float, sandboxed: bool) -> CandidateResult:
-    """Scores the runner's .npz against the test labels (which never left this process)."""
+def _read_result(data: bytes, log: bytes, y_test, classes, index: int, returncode: int,
+                 sandboxed: bool) -> _SplitOutcome:
+    """Scores one runner's .npz against the split's test labels (which never left this process)."""
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as result:
             status = json.loads(bytes(result["status"]).decode("utf-8"))
-            arrays = {name: np.asarray(result[name]) for name in result.files if name.startswith("proba_")}
+            arrays = {name: np.asarray(result[name]) for name in result.files if name == "proba"}
         if not isinstance(status, dict):
             raise ValueError("status is not an object")
     except Exception:  # noqa: BLE001 - anything the candidate could have written on the stream
         tail = log.decode("utf-8", "replace").strip()[-ERROR_TAIL_CHARS:]
         reason = _describe_exit(returncode, sandboxed)
-        error = f"the process {reason} without a result" + (f":\n{tail}" if tail else "")
-        return CandidateResult(False, error=error, seconds=seconds, sandboxed=sandboxed)
+        return _SplitOutcome(error=f"the process {reason} without a result" + (f":\n{tail}" if tail else ""))
     isolated = bool(status.get("network_isolated", False))
-    common = {"seconds": seconds, "network_isolated": isolated, "sandboxed": sandboxed}
     if not status.get("ok"):
-        return CandidateResult(False, error=str(status.get("error", "unknown error"))[:ERROR_TAIL_CHARS], **common)
-    classes = [int(c) for c in np.unique(y)]
+        return _SplitOutcome(error=str(status.get("error", "unknown error"))[:ERROR_TAIL_CHARS],
+                             network_isolated=isolated)
+    labels = [int(c) for c in classes]
     try:
-        aucs = []
-        for s, (_, test) in enumerate(splits):
-            proba = np.asarray(arrays[f"proba_{s}"], dtype=np.float64)
-            if proba.shape != (len(test), len(classes)):
-                raise ValueError(f"probabilities of split {s} have shape {proba.shape}")
-            aucs.append(roc_auc(y[test], proba, classes))
+        proba = np.asarray(arrays["proba"], dtype=np.float64)
+        if proba.shape != (len(y_test), len(labels)):
+            raise ValueError(f"probabilities of split {index} have shape {proba.shape}")
+        return _SplitOutcome(auc=roc_auc(y_test, proba, labels), network_isolated=isolated)
     except (KeyError, TypeError, ValueError) as error:
-        return CandidateResult(False, error=f"{type(error).__name__}: {error}", **common)
-    return CandidateResult(True, tuple(aucs), **common)
+        return _SplitOutcome(error=f"{type(error).__name__}: {error}", network_isolated=isolated)
 
 
 def _describe_exit(returncode: int, sandboxed: bool = False) -> str:
@@ -470,12 +542,20 @@ def _describe_exit(returncode: int, sandboxed: bool = False) -> str:
 # Whether the sandbox holds: a probe through the same path, once per process.
 
 PROBE_CODE = f'''
-import json, os
+import ctypes, json, os
 
 def _status(name):
     for line in open("/proc/self/status"):
         if line.startswith(name + ":"):
             return line.split(":", 1)[1].strip()
+
+def _keyring_errno(keyctl):
+    # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, create): the user keyring outlives the sandbox
+    if keyctl is None:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return 0 if libc.syscall(keyctl, 0, -4, 1) >= 0 else ctypes.get_errno()
 
 raise RuntimeError("{PROBE_TAG} " + json.dumps({{
     "uid": os.getuid(), "uid_map": [[int(n) for n in line.split()] for line in open("/proc/self/uid_map")],
@@ -483,6 +563,7 @@ raise RuntimeError("{PROBE_TAG} " + json.dumps({{
     "mnt_ns": os.readlink("/proc/self/ns/mnt"),
     "cap_eff": int(_status("CapEff"), 16), "no_new_privs": _status("NoNewPrivs"),
     "etc_shadow_visible": os.path.exists("/etc/shadow"),
+    "keyring_errno": _keyring_errno({isolation.keyctl_number()}),
 }}))
 '''
 IDENTITY_UID_MAP = [[0, 0, 4294967295]]
@@ -537,6 +618,10 @@ def probe_problems(facts: dict, trainer_uid: int, expected_uid: int) -> list[str
         problems.append("no_new_privs is not set")
     if facts.get("etc_shadow_visible") is not False:
         problems.append("the candidate sees /etc/shadow")
+    keyring = facts.get("keyring_errno")
+    if keyring != errno.EPERM:
+        detail = f"keyctl errno {keyring}" if keyring is not None else f"keyctl's number on {platform.machine()} unknown"
+        problems.append(f"the candidate's kernel keyrings are not closed ({detail})")
     return problems
 
 
