@@ -459,11 +459,28 @@ def repo_commit() -> str:
     return described.stdout.strip() if described.returncode == 0 and described.stdout.strip() else "unknown"
 
 
+def staged(cell: Cell, config: ml_collections.ConfigDict, up_to: int) -> Cell:
+    """The cell trained only up to `up_to` env steps (at most its own total): a first pass."""
+    return dataclasses.replace(cell, overrides={**cell.overrides,
+                                                "total_env_steps": min(int(config.total_env_steps), up_to)})
+
+
 def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool = True,
-              log=print) -> dict[str, str]:
-    """Runs every unfinished cell (at most `workers` at once); returns {cell: status}."""
+              log=print, up_to: int | None = None) -> dict[str, str]:
+    """Runs every unfinished cell (at most `workers` at once); returns {cell: status}.
+
+    `up_to`: train every cell only up to that many env steps (a first pass that
+    answers early questions, e.g. whether any method moves, before any cell runs
+    to its end); a later run without it continues each cell to its total.  No
+    cell is reused from a sibling study then (a reused cell would be extended in
+    place by the later run).
+    """
     cells = grid(study)
     configs = {cell.name: cell_config(study, cell) for cell in cells}  # validates every cell first
+    if up_to is not None:
+        cells = [staged(cell, configs[cell.name], up_to) for cell in cells]
+        configs = {cell.name: cell_config(study, cell) for cell in cells}
+        reuse = False
     check_workdir(study, workdir, cells)
     with study_lock_dir(workdir):
         prepare_workdir(study, workdir, cells)
@@ -1088,12 +1105,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="cells trained at once (default 1)")
     parser.add_argument("--report", action="store_true", help="only aggregate what the cells have logged")
     parser.add_argument("--no-reuse", action="store_true", help="never reuse finished cells of sibling studies")
+    parser.add_argument("--up-to", type=int, default=None, metavar="ENV_STEPS",
+                        help="a first pass: train every cell only up to this many env steps (re-run without "
+                             "it to continue them to the end)")
     parser.add_argument("--publish", default=None, metavar="DIR",
                         help="also copy the report and its figures to DIR (e.g. docs/results)")
     args = parser.parse_args(argv)
     try:
         if args.workers < 1:
             raise StudyError(f"--workers must be >= 1, got {args.workers}")
+        if args.up_to is not None and args.up_to < 1:
+            raise StudyError(f"--up-to must be >= 1 env step, got {args.up_to}")
         study = load_study(args.study)
         workdir = pathlib.Path(args.workdir) if args.workdir else REPO / "runs" / "studies" / study.name
         if args.report:
@@ -1103,7 +1125,7 @@ def main(argv: list[str] | None = None) -> int:
             if not study.recorded_in(recorded):
                 raise StudyError(f"workdir {workdir} holds another study ({recorded.get('identity')})")
         else:
-            status = run_study(study, workdir, workers=args.workers, reuse=not args.no_reuse)
+            status = run_study(study, workdir, workers=args.workers, reuse=not args.no_reuse, up_to=args.up_to)
             failed = [name for name, s in status.items() if s == "failed"]
             if failed:
                 print(f"{len(failed)} cell(s) failed: {', '.join(failed[:5])}"

@@ -422,3 +422,25 @@ def test_a_finished_cell_recorded_before_a_config_field_existed_is_reused_at_tha
     config.mesh.fsdp = 1
     config.seed = 1  # a field the old cell did record, set otherwise
     assert study_lib.find_reusable(workdir, config, 16) is None
+
+
+def test_a_first_pass_trains_every_cell_up_to_n_env_steps_and_a_rerun_continues_them(tmp_path):
+    """`--up-to`: every cell stops at that many env steps (seed-major, so every method's first
+    steps come early); the same command without it continues each cell, not from scratch."""
+    study_file = write_study(tmp_path, name="staged", updates=2, methods=("poad", "twosome"), seeds=(0,))
+    workdir = tmp_path / "w"
+    first = run_cli(f"--study={study_file}", f"--workdir={workdir}", "--up-to=16")
+    assert first.returncode == 0, first.stderr[-2000:]
+    cells = sorted((workdir / "cells").iterdir())
+    assert len(cells) == 2 and all(not c.is_symlink() for c in cells)
+    for cell in cells:
+        records = study_lib.read_records(cell)
+        assert [r["env_steps"] for r in records] == [16]
+    second = run_cli(f"--study={study_file}", f"--workdir={workdir}")
+    assert second.returncode == 0, second.stderr[-2000:]
+    for cell in cells:
+        records = study_lib.read_records(cell)
+        assert [r["env_steps"] for r in records] == [16, 32]  # continued: update 1 kept, update 2 added
+        assert study_lib.cell_finished(cell, 32)
+    bad = run_cli(f"--study={study_file}", f"--workdir={workdir}", "--up-to=0")
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --up-to must be >= 1 env step, got 0"
