@@ -66,6 +66,7 @@ from poad_jax.progress import NoProgress, RunProgress
 from poad_jax.rollout import (
     EpisodeStats,
     RolloutCollector,
+    actions_cut_off,
     behaviour_statistics,
     episode_summary,
     make_token_batch,
@@ -573,6 +574,7 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
             episodes_before = len(run_episodes.finished_returns)
             counters_before = run_episodes.counters()
             update_in_flight = int(state.update_step) + 1
+            progress.phase(f"update {update_in_flight}/{last_update}: rollout")
             rollout_rng, collect_rng = jax.random.split(rollout_rng)
             collect_rng = hosts.process_key(collect_rng, index, count)  # distinct sampling noise per process
 
@@ -583,7 +585,6 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
                 keeper.offer(results, first_env_step, update_in_flight)
 
             sampler.set_lora(hosts.local_copy(state.params["actor"]))
-            progress.phase(f"update {update_in_flight}/{last_update}: rollout")
             steps, next_prompts = collector.collect(collect_rng, on_step, on_results)
             run_episodes = run_stats(collector.stats)
             progress.phase(f"update {update_in_flight}/{last_update}: learning")
@@ -618,6 +619,7 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
                 **episode_summary(run_episodes, since=episodes_before),
                 **step_summary(run_episodes, counters_before),
                 **{k: float(v) for k, v in metrics.items()},
+                "actions_cut_off": sum(hosts.allgather_json(actions_cut_off(steps, rconfig))),
                 "batch_prompt_len": int(batch.prompt_len),
                 "batch_action_len": int(batch.action_len),
                 "compiles_learner": update_compiles(),
@@ -665,6 +667,15 @@ def advice_lines(config: ml_collections.ConfigDict, episodes: dict[str, Any]) ->
     return ["try: a longer run (--config.total_env_steps) or a larger learning rate (ppo.actor_lr)."]
 
 
+def cut_off_lines(config: ml_collections.ConfigDict, records: list[dict[str, Any]]) -> list[str]:
+    """How many actions (programs) the token limit cut off, when any was (older records lack the count)."""
+    cut = sum(int(record.get("actions_cut_off") or 0) for record in records)
+    if not cut:
+        return []
+    return [f"{cut} of {records[-1]['env_steps']} programs were cut off by sampling.max_new_tokens "
+            f"({int(config.sampling.max_new_tokens)} tokens)."]
+
+
 RESUME_OPTIONS = ("--workdir", "--config.total_env_steps")  # what `continue_command` sets itself
 
 
@@ -708,6 +719,7 @@ def summary_text(config: ml_collections.ConfigDict, result: RunResult, argv: lis
     lines = [run_logging.summary_table(result.records), ""]
     lines += run_logging.run_summary_lines(result.records, result.episodes, int(config.total_env_steps), *unit)
     if datasci:
+        lines += cut_off_lines(config, result.records)
         lines += best_lib.summary_lines(result.best, result.workdir)
     lines += advice_lines(config, result.episodes)
     lines += continue_lines(config, result, argv)

@@ -154,6 +154,23 @@ def test_the_bar_keeps_moving_through_a_long_phase(capsys):
     assert "now=" not in drawn[-1] and "ok=0/0" in drawn[-1] and "0/8" in drawn[-1]
 
 
+def test_actions_cut_off_counts_free_form_actions_that_reached_the_token_limit():
+    from poad_jax import config as config_lib
+    from poad_jax.rollout import StepRecord, actions_cut_off
+
+    config = config_lib.rollout_config(train.load_config_file(REPO / "configs" / "toy.py"), (2,))
+    limit = config.sampling.max_new_tokens
+    steps = [[StepRecord([1], [5] * limit, 0.0, False),  # cut off
+              StepRecord([1], [5] * (limit - 1) + [2], 0.0, False),  # ended by the stop token at the limit
+              StepRecord([1], [5, 2], 0.0, False)],
+             [StepRecord([1], [5] * limit, 0.0, False, candidates=[[5] * limit])]]  # chosen among candidates
+    assert actions_cut_off(steps, config) == 1
+    summary = train.cut_off_lines(train.load_config_file(REPO / "configs" / "toy.py"),
+                                  [{"env_steps": 4, "actions_cut_off": 1}, {"env_steps": 8, "actions_cut_off": 2}])
+    assert summary == [f"3 of 8 programs were cut off by sampling.max_new_tokens ({limit} tokens)."]
+    assert train.cut_off_lines(train.load_config_file(REPO / "configs" / "toy.py"), [{"env_steps": 4}]) == []
+
+
 def test_rolling_mean_and_episode_points():
     values = [1.0, 3.0, 2.0, 6.0, 0.0]
     expected = [np.mean(values[max(0, i - 2): i + 1]) for i in range(len(values))]
