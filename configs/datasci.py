@@ -2,12 +2,12 @@
 
 Default: POAD on balance_scale (fully offline) with the code model
 Qwen2.5-Coder-0.5B-Instruct (about 3 in 4 of its programs run before
-training), sized for a 2-core CPU: 2 updates of 8 threads x 1 step
-(16 programs) with bfloat16 matmuls and 256 new tokens (fewer cut programs
-off; see README, "The default job").  configs/datasci_smollm2.py is a
-quick smoke run with SmolLM2-135M-Instruct; configs/datasci_qwen.py the
-preset of studies/datasci_qwen.py.  Paper scale (a GPU):
---config.num_threads=4 --config.rollout_length=8 --config.total_env_steps=10000.
+training), sized for a 2-core CPU: 2 updates of 8 threads x 1 step (16
+programs) with bfloat16 matmuls and 256 new tokens; measured 8 min 39 s
+from a fresh clone with empty caches (README, "The default job").
+configs/datasci_smollm2.py is a quick smoke run with SmolLM2-135M-Instruct;
+configs/datasci_qwen.py the preset of studies/datasci_qwen.py.  Paper scale
+(a GPU): --config.num_threads=4 --config.rollout_length=8 --config.total_env_steps=10000.
 """
 
 from poad_jax import config as poad_config
@@ -26,14 +26,15 @@ def get_config():
     config.env.vector_mode = "threads"  # a step waits on the sandbox subprocess
     config.prompt_format = "chat"
     config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/config.py; "float32" for exact matmuls
-    # One generation call samples every thread's program at once, and its time hardly grows with the
-    # threads (decoding is memory-bound): 8 threads x 1 step cost about a quarter of 4 x 4 in sampling.
+    # One generation call samples every thread's program at once, and on a CPU its time hardly grows
+    # with the threads (decoding is memory-bound): 8 programs in one call took 110 s, where 4 x 4
+    # took four calls, 356 s, for 16 (README, "The default job").
     config.num_threads = 8
     config.rollout_length = 1  # the paper: 8
     config.total_env_steps = 16  # CPU default; the paper ran 10k env steps
     config.sampling.temperature = 0.5
     config.sampling.top_k = 50
-    config.sampling.max_new_tokens = 256  # at 128 most of Qwen's programs are cut off
+    config.sampling.max_new_tokens = 256  # Qwen's programs run to 120-256 tokens; at 128 most are cut off
     config.ppo.gamma = 0.95
     config.ppo.actor_lr = 1e-6
     config.ppo.critic_lr = 5e-5
