@@ -690,8 +690,9 @@ def continue_command(argv: list[str], workdir: pathlib.Path, total_env_steps: in
             skip_value = "=" not in arg  # `--workdir W`: its value is the next argument
         else:
             kept.append(arg)
-    python = os.path.relpath(sys.executable)
-    python = sys.executable if python.startswith("..") else python  # `.venv/bin/python` when run from its checkout
+    python = sys.executable or "python"
+    relative = os.path.relpath(python)
+    python = python if relative.startswith("..") else relative  # `.venv/bin/python` when run from its checkout
     return shlex.join([python, "-m", "poad_jax.train", *kept, f"--workdir={workdir}",
                        f"--config.total_env_steps={total_env_steps}"])
 
