@@ -13,17 +13,24 @@ Damage: `restore_newest_intact` tries the newest checkpoint first and falls
 back to older ones; a checkpoint that cannot be read (a truncated array
 file, a missing `state` or `meta`) is moved to `<workdir>/damaged_checkpoints/`
 (kept for inspection, out of Orbax's way) with one warning line.
-Temporary directories of a save cut short (Ctrl-C, kill) are removed when a
-checkpointer opens the directory.
+Temporary directories of a save cut short (a kill) are removed when a
+checkpointer opens the directory.  A Ctrl-C never cuts a save short: it is
+held until the save is committed (`interrupts_held`), because an interrupt
+raised inside Orbax's save leaves TensorStore's writers running, and they
+go on creating files in the step's temporary directory after the
+interrupted trainer has removed it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import pathlib
 import shutil
+import signal
 import sys
+import threading
 from typing import Any
 
 import jax
@@ -74,30 +81,74 @@ def checkpoint_steps(workdir: str | pathlib.Path) -> list[int]:
     return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir())
 
 
-def _silence_abandoned_reads() -> None:
-    """Keeps a failed restore's abandoned reads from printing tracebacks later.
+def is_abandoned_read_report(unraisable) -> bool:
+    """True for the two ways a read that a failed Orbax restore abandoned reports itself.
 
-    When one array of a checkpoint cannot be read, Orbax's other reads of
-    that checkpoint end with exceptions nobody retrieves; when the garbage
-    collector frees their coroutines (at some later moment, in the middle of
-    training) Python prints each as a long "Exception ignored" traceback.
-    The damage is already reported in one line, so from now on this
-    process drops unraisable exceptions of Orbax coroutines (others still
-    reach the previous hook).
+    When one array of a checkpoint cannot be read, Orbax's restore raises at
+    once and closes its event loop while its other reads are still in
+    flight.  Each of them ends in one of two ways, whichever comes first:
+    the garbage collector closes its coroutine (an unraisable exception of
+    an Orbax coroutine), or TensorStore finishes the read in its own thread
+    and delivers the result to the closed loop (an unraisable
+    "Event loop is closed" from `call_soon_threadsafe`, with no object).
+    """
+    code = getattr(unraisable.object, "cr_code", None)
+    if code is not None and "orbax" in code.co_filename:
+        return True
+    trace = unraisable.exc_traceback
+    return (unraisable.object is None and unraisable.exc_type is RuntimeError
+            and str(unraisable.exc_value) == "Event loop is closed"
+            and trace is not None and trace.tb_frame.f_code.co_name == "call_soon_threadsafe")
+
+
+def quiet_abandoned_reads() -> None:
+    """From now on this process drops the reports of abandoned Orbax reads (others still
+    reach the previous `sys.unraisablehook`).
+
+    Called before a restore starts: an abandoned read may report in a
+    TensorStore thread at any moment after the restore fails, before the
+    failure reaches the caller, and Python prints each report as a long
+    traceback.  A damaged checkpoint is reported in one line instead.
     """
     previous = sys.unraisablehook
     if getattr(previous, "_poad_orbax_filter", False):
         return
 
     def hook(unraisable):
-        code = getattr(unraisable.object, "cr_code", None)
-        if code is not None and "orbax" in code.co_filename:
-            return
-        previous(unraisable)
+        if not is_abandoned_read_report(unraisable):
+            previous(unraisable)
 
     hook._poad_orbax_filter = True
     sys.unraisablehook = hook
-    gc.collect()
+
+
+@contextlib.contextmanager
+def interrupts_held():
+    """Holds a Ctrl-C (SIGINT) that arrives inside the block until the block has ended, then
+    delivers it to the previous handler (Python's raises KeyboardInterrupt).
+
+    A second Ctrl-C inside the block is delivered at once (the user insists).
+    Outside the main thread, or when SIGINT is ignored or left to the
+    system, the block runs unchanged.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = []
+
+    def hold(signum, frame):
+        if held:
+            previous(signum, frame)
+        held.append((signum, frame))
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        previous(*held[0])
 
 
 class RunCheckpointer:
@@ -129,6 +180,11 @@ class RunCheckpointer:
         return self.manager.latest_step()
 
     def save(self, step: int, state, metadata: dict[str, Any]) -> None:
+        """Writes step `step` and waits until it is committed; a Ctrl-C meanwhile is raised after."""
+        with interrupts_held():
+            self._save(step, state, metadata)
+
+    def _save(self, step: int, state, metadata: dict[str, Any]) -> None:
         self.manager.save(
             step,
             args=ocp.args.Composite(
@@ -160,6 +216,7 @@ class RunCheckpointer:
         steps = sorted(self.manager.all_steps(), reverse=True)
         if not steps:
             return None
+        quiet_abandoned_reads()
         for step in steps:
             try:
                 state, meta = self.restore(template_state, step)
@@ -167,7 +224,7 @@ class RunCheckpointer:
                     raise ValueError("its meta record lacks the update counter")
             except Exception as error:  # any read failure means this checkpoint is damaged
                 reason = " ".join(str(error).split())[:160] or type(error).__name__
-                _silence_abandoned_reads()
+                gc.collect()  # closes the abandoned reads' coroutines now, cancelling those still in flight
                 moved = self._set_aside(step) if self.writable and self.primary else None
                 warn(f"warning: checkpoint {step} is damaged ({reason}); "
                      + (f"moved to {moved}; " if moved else "") + "trying the one before it")

@@ -254,11 +254,12 @@ def summary_table(records: list[dict[str, Any]], keys: Iterable[str] = (
 
 
 def run_summary_lines(records: list[dict[str, Any]], episodes: dict[str, Any], total_env_steps: int,
-                      unit: str = "steps", succeeded: str = "succeeded") -> list[str]:
+                      unit: str = "steps", succeeded: str = "succeeded", reward: str = "reward") -> list[str]:
     """What the run achieved, in words, from its records and `EpisodeStats.state_dict()`.
 
-    `unit` and `succeeded` name a step and its success for the environment
-    ("programs", "ran" for DataSciCoding).
+    `unit`, `succeeded` and `reward` name a step, its success and the
+    reward of a successful step for the environment ("programs", "ran",
+    "AUC" for DataSciCoding).
     """
     if not records:
         return ["no PPO update finished."]
@@ -279,7 +280,10 @@ def run_summary_lines(records: list[dict[str, Any]], episodes: dict[str, Any], t
     steps = int(episodes.get("steps", 0))
     ok = int(episodes.get("succeeded_steps", 0))
     if steps:
-        text = f"{ok} of {steps} {unit} {succeeded}; mean step reward {float(episodes.get('reward_sum', 0.0)) / steps:.3f}"
+        text = f"{ok} of {steps} {unit} {succeeded}"
+        if ok:
+            text += f" (mean {reward} of those {float(episodes.get('success_reward_sum', 0.0)) / ok:.3f})"
+        text += f"; mean step reward {float(episodes.get('reward_sum', 0.0)) / steps:.3f}"
         best = episodes.get("best_success_reward")
         if best is not None:
             text += f"; best {best:.4f}"

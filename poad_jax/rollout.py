@@ -543,6 +543,16 @@ def episode_summary(stats: EpisodeStats, since: int, window: int = 100) -> dict[
     }
 
 
+def actions_cut_off(steps: list[list[StepRecord]], config: RolloutConfig) -> int:
+    """How many free-form actions of a rollout (`collect`'s records) ended at
+    `sampling.max_new_tokens` without a stop token: DataSciCoding's programs
+    cut off by the token limit.  An action chosen among candidates is never cut off."""
+    stop, limit = set(config.sampling.stop_token_ids), int(config.sampling.max_new_tokens)
+    return sum(1 for records in steps for record in records
+               if record.candidates is None and len(record.action_tokens) >= limit
+               and record.action_tokens[-1] not in stop)
+
+
 def step_summary(stats: EpisodeStats, before: tuple[int, int, float]) -> dict[str, Any]:
     """What the env steps since `before = stats.counters()` did: how many, how
     many succeeded (DataSciCoding: programs that ran), the mean reward of all

@@ -36,6 +36,7 @@ import logging
 import os
 import pathlib
 import resource
+import shlex
 import shutil
 import sys
 import tempfile
@@ -61,9 +62,11 @@ from poad_jax.learner import init_train_state, make_update_fn
 from poad_jax.methods import UnknownMethodError, make_method
 from poad_jax.models.llama import LoraConfig
 from poad_jax.policy import ValueHead, split_policy
+from poad_jax.progress import NoProgress, RunProgress
 from poad_jax.rollout import (
     EpisodeStats,
     RolloutCollector,
+    actions_cut_off,
     behaviour_statistics,
     episode_summary,
     make_token_batch,
@@ -429,6 +432,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     method = make_method(config.method, float(config.ppo.gamma), None if config.gamma_w < 0 else float(config.gamma_w),
                          share_prompt=bool(config.share_prompt))
     lconfig = learner_config(config)
+    if show_progress and hosts.is_primary():  # a real model's first load converts its GGUF: seconds to a minute
+        print(f"loading model {config.model}", flush=True)
     model, tokenizer = load_model(config)
     first_thread, threads = hosts.thread_share(int(config.num_threads), jax.process_index(), jax.process_count())
     envs = build_envs(config, threads, hosts.env_seed(int(config.seed), jax.process_index()))
@@ -571,10 +576,11 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
         run_episodes = run_stats(collector.stats)  # the whole run's episodes (all processes')
 
         if show_progress:
-            from tqdm import tqdm
-
-            progress = tqdm(total=total, initial=min(collector.env_steps, total), unit="step", dynamic_ncols=True,
-                            desc=f"{config.method} {config.env.name}")
+            progress = RunProgress(total, collector.env_steps, f"{config.method} {config.env.name}")
+        else:
+            progress = NoProgress()
+        per_update = int(config.num_threads) * int(config.rollout_length)  # env steps, all processes'
+        last_update = int(state.update_step) + max(0, -(-(total - collector.env_steps) // per_update))  # rounded up
         last_kl: float | None = None
         updates_this_call = 0
         while collector.env_steps < total and (max_updates is None or updates_this_call < max_updates):
@@ -582,13 +588,12 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
             episodes_before = len(run_episodes.finished_returns)
             counters_before = run_episodes.counters()
             update_in_flight = int(state.update_step) + 1
+            progress.phase(f"update {update_in_flight}/{last_update}: rollout")
             rollout_rng, collect_rng = jax.random.split(rollout_rng)
             collect_rng = hosts.process_key(collect_rng, index, count)  # distinct sampling noise per process
 
             def on_step(new_steps):
-                if progress is not None:
-                    progress.update(min(new_steps, total - progress.n))
-                    progress.set_postfix(run_logging.progress_postfix(run_episodes.state_dict(), last_kl))
+                progress.advance(new_steps, run_logging.progress_postfix(run_episodes.state_dict(), last_kl))
 
             def on_results(results, first_env_step):
                 keeper.offer(results, first_env_step, update_in_flight)
@@ -596,6 +601,7 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
             sampler.set_lora(hosts.local_copy(state.params["actor"]))
             steps, next_prompts = collector.collect(collect_rng, on_step, on_results)
             run_episodes = run_stats(collector.stats)
+            progress.phase(f"update {update_in_flight}/{last_update}: learning")
             start = time.perf_counter()
             if count > 1:  # shapes shared by all processes; each process's rows go to its own devices
                 arrays, next_arrays = pack_batch_agreed(steps, next_prompts, method, rconfig, tokenizer.pad_token_id,
@@ -627,6 +633,7 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
                 **episode_summary(run_episodes, since=episodes_before),
                 **step_summary(run_episodes, counters_before),
                 **{k: float(v) for k, v in metrics.items()},
+                "actions_cut_off": sum(hosts.allgather_json(actions_cut_off(steps, rconfig))),
                 "batch_prompt_len": int(batch.prompt_len),
                 "batch_action_len": int(batch.action_len),
                 "compiles_learner": update_compiles(),
@@ -641,12 +648,12 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
             records.append(record)
             updates_this_call += 1
             if update % int(config.checkpoint_every) == 0 or collector.env_steps >= total:
+                progress.phase(f"update {update}/{last_update}: saving")
                 checkpointer.save(update, state, checkpoint_meta(update, collector, envs, rollout_rng, records))
             if collector.env_steps >= total and primary:
                 write_finished_marker(workdir, records[-1], total)
             last_kl = record["approx_kl"]
-            if progress is not None:
-                progress.set_postfix(run_logging.progress_postfix(run_episodes.state_dict(), last_kl))
+            progress.show(run_logging.progress_postfix(run_episodes.state_dict(), last_kl))
     finally:
         if progress is not None:
             progress.close()
@@ -667,22 +674,70 @@ def advice_lines(config: ml_collections.ConfigDict, episodes: dict[str, Any]) ->
     if str(config.env.name).startswith("datasci/"):
         if "smollm2" in str(config.model).lower():
             return [f"why: SmolLM2-135M rarely writes runnable scikit-learn code (0 of {steps} here); "
-                    "configs/datasci_qwen.py uses a code model (Qwen2.5-Coder-0.5B: 12 of 16 programs ran "
-                    "before training)."]
+                    "the default configs/datasci.py uses a code model (Qwen2.5-Coder-0.5B: about 3 in 4 "
+                    "programs run before training)."]
         return ["try: read the failures above; more sampling.max_new_tokens if programs are cut off, "
                 "or a longer run (--config.total_env_steps)."]
     return ["try: a longer run (--config.total_env_steps) or a larger learning rate (ppo.actor_lr)."]
 
 
-def summary_text(config: ml_collections.ConfigDict, result: RunResult) -> str:
-    """The end-of-run summary: the metric table, what the run achieved in words, the best program."""
+def cut_off_lines(config: ml_collections.ConfigDict, records: list[dict[str, Any]]) -> list[str]:
+    """How many actions (programs) the token limit cut off, when any was (older records lack the count)."""
+    cut = sum(int(record.get("actions_cut_off") or 0) for record in records)
+    if not cut:
+        return []
+    return [f"{cut} of {records[-1]['env_steps']} programs were cut off by sampling.max_new_tokens "
+            f"({int(config.sampling.max_new_tokens)} tokens)."]
+
+
+RESUME_OPTIONS = ("--workdir", "--config.total_env_steps")  # what `continue_command` sets itself
+
+
+def continue_command(argv: list[str], workdir: pathlib.Path, total_env_steps: int) -> str:
+    """The command line `argv` (the one that ran) with this run directory and `total_env_steps`:
+    the command that trains the same run further (it resumes from the last checkpoint)."""
+    kept, skip_value = [], False
+    for arg in argv[1:]:
+        if skip_value:
+            skip_value = False
+        elif arg.split("=", 1)[0] in RESUME_OPTIONS:
+            skip_value = "=" not in arg  # `--workdir W`: its value is the next argument
+        else:
+            kept.append(arg)
+    python = sys.executable or "python"
+    relative = os.path.relpath(python)
+    python = python if relative.startswith("..") else relative  # `.venv/bin/python` when run from its checkout
+    return shlex.join([python, "-m", "poad_jax.train", *kept, f"--workdir={workdir}",
+                       f"--config.total_env_steps={total_env_steps}"])
+
+
+def continue_lines(config: ml_collections.ConfigDict, result: RunResult, argv: list[str] | None = None) -> list[str]:
+    """How to go on: a finished run trains further with more env steps (twice as many here), a run
+    stopped early resumes; shown as the full command when `argv` (the command that ran) is known."""
+    if not result.records:
+        return []
+    more = 2 * int(config.total_env_steps) if result.finished else int(config.total_env_steps)
+    what = "to continue training" if result.finished else "to finish the run"
+    update = result.records[-1]["update"]
+    if argv is None:
+        return [f"{what}: re-run with --workdir={result.workdir} --config.total_env_steps={more} "
+                f"(it resumes from update {update})."]
+    return [f"{what} (it resumes from update {update}, up to {more} env steps):",
+            f"  {continue_command(argv, result.workdir, more)}"]
+
+
+def summary_text(config: ml_collections.ConfigDict, result: RunResult, argv: list[str] | None = None) -> str:
+    """The end-of-run summary: the metric table, what the run achieved in words, the best program,
+    what to try if nothing succeeded, and how to continue (`continue_lines`)."""
     datasci = str(config.env.name).startswith("datasci/") or result.best is not None  # an env with programs
-    unit = ("programs", "ran") if datasci else ("steps", "succeeded")
+    unit = ("programs", "ran", "AUC") if datasci else ("steps", "succeeded", "reward")
     lines = [run_logging.summary_table(result.records), ""]
     lines += run_logging.run_summary_lines(result.records, result.episodes, int(config.total_env_steps), *unit)
     if datasci:
+        lines += cut_off_lines(config, result.records)
         lines += best_lib.summary_lines(result.best, result.workdir)
     lines += advice_lines(config, result.episodes)
+    lines += continue_lines(config, result, argv)
     return "\n".join(lines)
 
 
@@ -732,11 +787,12 @@ def _quiet_interrupts_in_orbax_logs() -> None:
 
 
 def main(config: ml_collections.ConfigDict, workdir: pathlib.Path, compilation_cache: bool = True,
-         show_progress: bool = True) -> int:
+         show_progress: bool = True, argv: list[str] | None = None) -> int:
     """Runs the training command; returns the exit status (0, 2 for a user mistake, 130 for Ctrl-C).
 
     `compilation_cache=False` leaves JAX's process-wide cache setting alone
-    (tests); the cache directory is checked either way.
+    (tests); the cache directory is checked either way.  `argv`, the
+    command line, lets the summary print the command that continues the run.
     """
     from absl import logging as absl_logging
 
@@ -759,7 +815,7 @@ def main(config: ml_collections.ConfigDict, workdir: pathlib.Path, compilation_c
         jax.distributed.shutdown()  # a barrier: no process leaves while another still needs it
     if primary:
         print()
-        print(summary_text(config, result))
+        print(summary_text(config, result, argv))
         print(f"\nrun directory: {result.workdir}")
     return 0
 
@@ -831,8 +887,9 @@ def parse_command_line(argv: list[str]) -> tuple[ml_collections.ConfigDict, path
 
 
 def cli(argv: list[str] | None = None) -> None:
-    config, workdir = parse_command_line(list(sys.argv if argv is None else argv))
-    status = main(config, workdir)
+    argv = list(sys.argv if argv is None else argv)
+    config, workdir = parse_command_line(argv)
+    status = main(config, workdir, argv=argv)
     if status == EXIT_INTERRUPTED:
         # Ctrl-C during a background checkpoint save can leave one of Orbax's worker threads
         # waiting on an executor that was shut down ("cannot schedule new futures after

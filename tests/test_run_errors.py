@@ -220,6 +220,41 @@ def test_ctrl_c_is_one_line_leaves_no_temporary_directory_and_resumes(tmp_path):
     assert (workdir / train.FINISHED_FILE).exists()
 
 
+def test_ctrl_c_during_a_save_is_raised_once_the_step_is_committed(tmp_path, monkeypatch):
+    """The race behind the test above, made deterministic: Ctrl-C lands while Orbax's writers
+    are still at work on a step.  Raised there, it would leave them writing into the step's
+    temporary directory while the trainer removes it; held, it is raised once the step is
+    committed, with nothing left in flight."""
+    import os
+
+    import jax.numpy as jnp
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # even under a background runner
+    checkpointer = checkpoint_lib.RunCheckpointer(tmp_path)
+    real_save = checkpointer.manager.save
+
+    def save_interrupted_midway(*args, **kwargs):
+        started = real_save(*args, **kwargs)  # the step's writers now run in the background
+        os.kill(os.getpid(), signal.SIGINT)
+        return started
+
+    monkeypatch.setattr(checkpointer.manager, "save", save_interrupted_midway)
+    seen = {}
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                checkpointer.save(1, {"w": jnp.ones((64, 64))}, {"update": 1})
+            finally:  # what the trainer finds when the interrupt reaches it
+                seen["steps"] = checkpoint_lib.checkpoint_steps(tmp_path)
+                seen["temporary"] = [p.name for p in (tmp_path / "checkpoints").iterdir()
+                                     if checkpoint_lib.TMP_MARKER in p.name]
+        seen["handler"] = signal.getsignal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        checkpointer.close()
+    assert seen == {"steps": [1], "temporary": [], "handler": signal.default_int_handler}
+
+
 def test_unfinished_saves_are_removed_when_a_run_opens(tmp_path):
     """An Orbax temporary directory (a save cut short by a kill) is removed on the next start."""
     workdir = tmp_path / "run"

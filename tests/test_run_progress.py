@@ -95,19 +95,80 @@ def test_failure_kind(error, kind):
 
 
 def test_summary_says_why_nothing_ran_and_what_to_try():
-    config = train.load_config_file(REPO / "configs" / "datasci.py")
+    config = train.load_config_file(REPO / "configs" / "datasci_smollm2.py")
     stats = _stats_after([(0, -1.0, False, {"success": False, "error": "SyntaxError: x"})] * 16)
     episodes = stats.state_dict()
     records = [{"update": 1, "env_steps": 16}]
-    lines = run_logging.run_summary_lines(records, episodes, 32, "programs", "ran")
-    assert any(line.startswith("0 of 16 programs ran") and "SyntaxError 16" in line for line in lines)
+    lines = run_logging.run_summary_lines(records, episodes, 32, "programs", "ran", "AUC")
+    assert any(line.startswith("0 of 16 programs ran;") and "SyntaxError 16" in line for line in lines)
     assert "stopped early; total_env_steps is 32" in lines[0]
     advice = " ".join(train.advice_lines(config, episodes))
-    assert "SmolLM2-135M rarely writes runnable scikit-learn code" in advice and "configs/datasci_qwen.py" in advice
+    assert "SmolLM2-135M rarely writes runnable scikit-learn code" in advice and "configs/datasci.py" in advice
     config.model = "qwen2.5-coder-0.5b-instruct"
     assert "max_new_tokens" in " ".join(train.advice_lines(config, episodes))
     succeeded = _stats_after(STEPS).state_dict()
     assert train.advice_lines(config, succeeded) == []
+    lines = run_logging.run_summary_lines(records, succeeded, 32, "programs", "ran", "AUC")
+    mean_auc = np.mean([reward for _, reward, _, info in STEPS if info["success"]])
+    assert any(line.startswith(f"2 of 5 programs ran (mean AUC of those {mean_auc:.3f}); ") for line in lines), lines
+
+
+def test_the_summary_prints_the_command_that_continues_the_run(tmp_path):
+    """The same command with the run directory and more env steps: run as printed, it resumes."""
+    import shlex
+    import subprocess
+    import sys
+
+    config = long_episode_config(1)
+    workdir = tmp_path / "run"
+    result = train.run(config, workdir, show_progress=False)
+    argv = [str(REPO / "poad_jax" / "train.py"), "--config=configs/toy.py", "--workdir", "elsewhere",
+            "--config.env.kwargs.horizon=100", "--config.total_env_steps=16", "--config.tensorboard=False"]
+    lines = train.summary_text(config, result, argv).splitlines()
+    assert lines[-2] == "to continue training (it resumes from update 1, up to 32 env steps):"
+    command = shlex.split(lines[-1])
+    assert command[1:] == ["-m", "poad_jax.train", "--config=configs/toy.py", "--config.env.kwargs.horizon=100",
+                           "--config.tensorboard=False", f"--workdir={workdir}", "--config.total_env_steps=32"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"resuming {workdir} from update 1 (16 env steps)" in done.stdout
+    assert "2 PPO updates over 32 env steps (the run is complete)." in done.stdout
+    assert "up to 64 env steps" in done.stdout
+
+
+def test_the_bar_keeps_moving_through_a_long_phase(capsys):
+    """A phase in which the loop draws nothing (one long generation or PPO update) still redraws the
+    bar with the phase's clock; closing it leaves the statistics without the phase."""
+    import time
+
+    from poad_jax.progress import RunProgress
+
+    progress = RunProgress(total=8, initial=0, description="poad toy", tick_s=0.05)
+    progress.show({"ok": "0/0"})
+    progress.phase("update 1/2: learning")
+    time.sleep(1.5)
+    progress.close()
+    drawn = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    ticking = [line for line in drawn if "now=update 1/2: learning 0:0" in line]
+    assert len(ticking) >= 5 and "now=update 1/2: learning 0:01" in ticking[-1], drawn[-3:]
+    assert "now=" not in drawn[-1] and "ok=0/0" in drawn[-1] and "0/8" in drawn[-1]
+
+
+def test_actions_cut_off_counts_free_form_actions_that_reached_the_token_limit():
+    from poad_jax import config as config_lib
+    from poad_jax.rollout import StepRecord, actions_cut_off
+
+    config = config_lib.rollout_config(train.load_config_file(REPO / "configs" / "toy.py"), (2,))
+    limit = config.sampling.max_new_tokens
+    steps = [[StepRecord([1], [5] * limit, 0.0, False),  # cut off
+              StepRecord([1], [5] * (limit - 1) + [2], 0.0, False),  # ended by the stop token at the limit
+              StepRecord([1], [5, 2], 0.0, False)],
+             [StepRecord([1], [5] * limit, 0.0, False, candidates=[[5] * limit])]]  # chosen among candidates
+    assert actions_cut_off(steps, config) == 1
+    summary = train.cut_off_lines(train.load_config_file(REPO / "configs" / "toy.py"),
+                                  [{"env_steps": 4, "actions_cut_off": 1}, {"env_steps": 8, "actions_cut_off": 2}])
+    assert summary == [f"3 of 8 programs were cut off by sampling.max_new_tokens ({limit} tokens)."]
+    assert train.cut_off_lines(train.load_config_file(REPO / "configs" / "toy.py"), [{"env_steps": 4}]) == []
 
 
 def test_rolling_mean_and_episode_points():

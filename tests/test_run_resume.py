@@ -234,3 +234,59 @@ def test_cli_after_a_truncated_array_prints_one_warning_and_no_traceback(started
              if line.strip() and not line.startswith("poad toy/")]  # the progress bar
     assert len(lines) == 1 and lines[0].startswith("warning: checkpoint 2 is damaged"), lines[:20]
     assert updates_logged(workdir) == [1, 2, 3, 4]
+
+
+def test_reads_a_damaged_checkpoint_abandons_stay_quiet_whenever_they_finish(tmp_path, monkeypatch):
+    """The race behind the CLI test above, made deterministic: the reads that Orbax's failed
+    restore abandons finish only after the failure (as on a loaded machine), so each one
+    delivers its result to a closed event loop before the trainer has even seen the failure."""
+    import gc
+    import sys
+
+    import jax.numpy as jnp
+    import tensorstore as ts
+    from orbax.checkpoint._src.serialization import serialization
+
+    state = {"big": jnp.arange(4096, dtype=jnp.float32).reshape(64, 64),  # in the data file
+             **{f"small{i}": jnp.full((2,), i, jnp.float32) for i in range(8)}}  # inlined in the index
+    checkpointer = checkpoint_lib.RunCheckpointer(tmp_path)
+    for step in (1, 2):
+        checkpointer.save(step, state, {"update": step})
+    checkpointer.close()
+    _truncate_largest_array(tmp_path / "checkpoints" / "2")
+
+    in_flight, holding = [], [True]  # only the first restore (of the damaged step) is held
+    real_read = serialization._read_shard
+
+    async def read_that_finishes_late(*args, **kwargs):
+        shard = await real_read(*args, **kwargs)
+        if holding:
+            promise, finished = ts.Promise.new()
+            in_flight.append(promise)
+            await finished
+        return shard
+
+    checkpointer = checkpoint_lib.RunCheckpointer(tmp_path)
+    real_restore = checkpointer.restore
+
+    def restore_whose_reads_finish_after_it_failed(*args, **kwargs):
+        try:
+            return real_restore(*args, **kwargs)
+        except Exception:
+            holding.clear()
+            assert in_flight, "no read was in flight when the restore failed"
+            for promise in in_flight:
+                promise.set_result(None)
+            raise
+
+    reports = []
+    monkeypatch.setattr(sys, "unraisablehook", reports.append)
+    monkeypatch.setattr(serialization, "_read_shard", read_that_finishes_late)
+    monkeypatch.setattr(checkpointer, "restore", restore_whose_reads_finish_after_it_failed)
+    warnings = []
+    _, meta, step = checkpointer.restore_newest_intact(state, warn=warnings.append)
+    checkpointer.close()
+    gc.collect()  # the abandoned reads' coroutines, closed now rather than in a later test
+    assert step == 1 and meta["update"] == 1
+    assert len(warnings) == 1 and warnings[0].startswith("warning: checkpoint 2 is damaged"), warnings
+    assert [f"{r.exc_type.__name__}: {r.exc_value}" for r in reports] == []

@@ -404,6 +404,31 @@ def test_every_study_of_the_repository_builds_a_valid_config_for_each_cell(path)
         study_lib.cell_config(study, cell)
 
 
+PUBLISHED = REPO / "docs" / "results" / "raw"  # snapshots of the paper-task studies' cells
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PUBLISHED.iterdir() if (p / "study.json").is_file()))
+def test_a_published_study_still_builds_the_cells_it_ran(name):
+    """Its study file and base config still describe the published cells: the workdir is recognised as
+    this study's, and every cell's trainer config equals the config.json it ran with (fields added to
+    the trainer since count at their defaults), so re-running the study resumes rather than refusing."""
+    from poad_jax import train
+
+    study = study_lib.load_study(REPO / "studies" / f"{name}.py")
+    assert study.recorded_in(json.loads((PUBLISHED / name / "study.json").read_text()))
+    compared = 0
+    for cell in study_lib.grid(study):
+        recorded = PUBLISHED / name / cell.name / "config.json"
+        if not recorded.is_file():  # a cell reused from a sibling study: only a note is kept
+            continue
+        ran = json.loads(recorded.read_text())
+        refused, safe = train.config_differences(ran, train.config_as_json(study_lib.cell_config(study, cell)))
+        assert refused == [], (cell.name, refused)
+        assert {field: old for field, (old, _) in safe.items() if old is not None} == {}, (cell.name, safe)
+        compared += 1
+    assert compared
+
+
 def test_a_finished_cell_recorded_before_a_config_field_existed_is_reused_at_that_fields_default(tmp_path):
     """A cell's config.json written by an older trainer lacks later fields (`mesh`, `distributed`): it ran as
     their defaults, so it matches a cell at the defaults and not one that sets such a field otherwise."""

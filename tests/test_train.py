@@ -171,9 +171,9 @@ def test_run_writes_logs_and_curves(tmp_path):
 
 
 @pytest.mark.slow
-def test_short_real_run_on_embedded_default(tmp_path):
-    """A few env steps of the default job: SmolLM2-135M-Instruct on datasci/balance_scale."""
-    config = train.load_config_file(REPO / "configs" / "datasci.py")
+def test_short_real_run_on_embedded_smollm2(tmp_path):
+    """A few env steps of the quick DataSciCoding preset: SmolLM2-135M-Instruct on datasci/balance_scale."""
+    config = train.load_config_file(REPO / "configs" / "datasci_smollm2.py")
     config.num_threads = 2
     config.rollout_length = 2
     config.total_env_steps = 4
@@ -221,9 +221,13 @@ TASK_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.py") if p.name not i
 def test_every_config_file_loads_and_validates(path):
     config = train.load_config_file(path)
     train.validate_config(config)
-    if path.name == "datasci_qwen.py":
+    if path.name in ("datasci.py", "datasci_qwen.py"):  # the default job and the study's preset: the code model
         assert config.model == "qwen2.5-coder-0.5b-instruct" and config.sampling.max_new_tokens == 256
+        assert config.matmul_dtype == "bfloat16"
+    if path.name.startswith("datasci"):
         assert config.env.name == train.load_config_file(REPO / "configs" / "datasci.py").env.name
+    if path.name == "datasci_smollm2.py":
+        assert config.model == "smollm2-135m-instruct"
 
 
 @pytest.mark.parametrize("method", ["poad", "ntpo", "twosome"])

@@ -1,12 +1,14 @@
-"""`python -m poad_jax.bench codegen [--models a,b] [--samples 32] [--iteration]`
+"""`python -m poad_jax.bench codegen [--models a,b] [--samples 32] [--max-new-tokens N] [--iteration]`
 
 How good is each embedded model at DataSciCoding before any training?
 Samples `--samples` programs per model for the balance_scale task with the
-chat template and the default sampling of configs/datasci.py (temperature
-0.5, top-k 50, 128 new tokens), runs each in the sandbox, and reports the
-success rate (runnable code returning a classifier) and the mean ROC AUC of
-the successes.  `--iteration` also times one PPO iteration of the default
-config (4 threads x 8 steps) with each model.  Last line: one JSON object.
+chat template and the sampling of configs/datasci.py (temperature 0.5,
+top-k 50, its max_new_tokens unless `--max-new-tokens` is given), runs
+each in the sandbox, and reports the success rate (runnable code returning
+a classifier), the mean ROC AUC of the successes, and how many programs
+were cut off (no stop token within max_new_tokens) with the longest
+generation.  `--iteration` also times one PPO iteration of that config
+with each model.  Last line: one JSON object.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from poad_jax import train
 from poad_jax.sampling import Sampler, SamplingConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+CONFIG = REPO / "configs" / "datasci.py"
 
 
-
-
-def sample_programs(model_name: str, samples: int, batch: int, seed: int, max_new_tokens: int | None = None) -> tuple[list[str], float]:
-    config = train.load_config_file(REPO / "configs" / "datasci.py")
+def sample_programs(model_name: str, samples: int, batch: int, seed: int,
+                    max_new_tokens: int | None = None) -> tuple[list[str], list[int], list[bool], float]:
+    """(programs, their lengths in tokens, whether each was cut off by max_new_tokens, seconds)."""
+    config = train.load_config_file(CONFIG)
     config.model = model_name
     model, tokenizer = train.load_model(config)
     env = envs_py.make(config.env.name, **dict(config.env.kwargs))
@@ -40,7 +43,7 @@ def sample_programs(model_name: str, samples: int, batch: int, seed: int, max_ne
         max_new_tokens=max_new_tokens or config.sampling.max_new_tokens, stop_token_ids=tuple(tokenizer.eos_token_ids),
     )
     sampler = Sampler(model)
-    texts = []
+    texts, lengths, cut = [], [], []
     rng = jax.random.key(seed)
     start = time.perf_counter()
     while len(texts) < samples:
@@ -48,11 +51,13 @@ def sample_programs(model_name: str, samples: int, batch: int, seed: int, max_ne
         n = min(batch, samples - len(texts))
         generation = sampler.generate([prompt] * n, key, sampling, tokenizer)
         texts.extend(tokenizer.decode(t.tolist(), skip_special_tokens=True) for t in generation.tokens)
-    return texts, time.perf_counter() - start
+        lengths.extend(int(length) for length in generation.lengths)
+        cut.extend(reason == "length" for reason in generation.finish_reasons)
+    return texts, lengths, cut, time.perf_counter() - start
 
 
 def score_programs(texts: list[str]) -> list[dict]:
-    config = train.load_config_file(REPO / "configs" / "datasci.py")
+    config = train.load_config_file(CONFIG)
     results = []
     for text in texts:
         env = envs_py.make(config.env.name, **dict(config.env.kwargs, max_attempts=1))
@@ -64,7 +69,7 @@ def score_programs(texts: list[str]) -> list[dict]:
 
 
 def iteration_seconds(model_name: str) -> dict[str, float]:
-    config = train.load_config_file(REPO / "configs" / "datasci.py")
+    config = train.load_config_file(CONFIG)
     config.model = model_name
     config.tensorboard = False
     config.plot = False
@@ -79,14 +84,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: configs/datasci.py's (128)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: configs/datasci.py's")
     parser.add_argument("--iteration", action="store_true", help="also time one PPO iteration per model")
     parser.add_argument("--show", type=int, default=0, help="print the first N programs and their outcomes")
     args = parser.parse_args(argv)
-    summary = {"bench": "codegen", "samples": args.samples, "max_new_tokens": args.max_new_tokens or 128, "models": {}}
-    print(f"{'model':<30}{'success':>9}{'mean AUC':>10}{'gen s':>8}")
+    max_new_tokens = args.max_new_tokens or int(train.load_config_file(CONFIG).sampling.max_new_tokens)
+    summary = {"bench": "codegen", "samples": args.samples, "max_new_tokens": max_new_tokens, "models": {}}
+    print(f"{'model':<30}{'success':>9}{'mean AUC':>10}{'cut off':>9}{'longest':>9}{'gen s':>8}")
     for name in args.models.split(","):
-        texts, seconds = sample_programs(name, args.samples, args.batch, args.seed, args.max_new_tokens)
+        texts, lengths, cut, seconds = sample_programs(name, args.samples, args.batch, args.seed, max_new_tokens)
         results = score_programs(texts)
         for text, result in list(zip(texts, results))[: args.show]:
             outcome = f"AUC {result['reward']:.3f}" if result["success"] else f"failed: {result['error']}"
@@ -96,13 +102,15 @@ def main(argv: list[str]) -> int:
             "success_rate": float(np.mean([r["success"] for r in results])),
             "mean_auc": float(np.mean(aucs)) if aucs else None,
             "generation_seconds": seconds,
+            "cut_off": int(sum(cut)),
+            "lengths": lengths,
             "errors": sorted({r["error"].splitlines()[-1] if r["error"] else "" for r in results if not r["success"]})[:5],
         }
         if args.iteration:
             entry["iteration"] = iteration_seconds(name)
         summary["models"][name] = entry
         auc = f"{entry['mean_auc']:.3f}" if entry["mean_auc"] is not None else "-"
-        print(f"{name:<30}{entry['success_rate']:>9.2f}{auc:>10}{seconds:>8.0f}")
+        print(f"{name:<30}{entry['success_rate']:>9.2f}{auc:>10}{entry['cut_off']:>9}{max(lengths):>9}{seconds:>8.0f}")
         if args.iteration:
             print("   one PPO iteration:", {k: round(v, 1) for k, v in entry["iteration"].items()})
     print(json.dumps(summary))
