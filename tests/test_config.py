@@ -21,7 +21,7 @@ from poad_jax.sampling import SamplingConfig
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG_FILES = sorted((REPO / "configs").glob("*.py"))
 ROLLOUT_SETTINGS = ("num_threads", "rollout_length", "prompt_format", "system_prompt", "max_prompt_tokens",
-                    "restricted_sampling", "twosome_normalization")
+                    "restricted_sampling", "twosome_normalization", "discounted_return_gamma")
 
 
 def leaves(tree, prefix=""):
