@@ -92,7 +92,7 @@ TrainError = config_lib.ConfigError
 # Fields a re-run may change without changing what the checkpoints mean.
 # A dotted name covers its whole sub-tree ("mesh" covers "mesh.data", ...).
 SAFE_TO_CHANGE = ("total_env_steps", "checkpoint_every", "keep_checkpoints", "tensorboard", "plot", "name",
-                  "env.vector_mode", "remat", "mesh", "share_prompt", "distributed")
+                  "env.vector_mode", "remat", "mesh", "share_prompt", "distributed", "prompt_bucket_step")
 CONFIG_FILE = "config.json"
 CHANGES_FILE = "config_changes.jsonl"
 FINISHED_FILE = "finished.json"
@@ -521,10 +521,10 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
         update_fn, update_compiles = distributed.make_sharded_update_fn(graph, method, lconfig, mesh)
         state = distributed.init_sharded_train_state(params, lconfig, jax.random.key(int(config.seed)), mesh)
     if count == 1:  # on a mesh: rows over the data axes, the base in its sampling layout (a copy only where it differs)
-        sampler = Sampler(merged_actor(graph, frozen, params), mesh=mesh)
+        sampler = Sampler(merged_actor(graph, frozen, params), mesh=mesh, prompt_buckets=rconfig.prompt_buckets)
     else:  # several processes: each samples its own threads, from a process-local copy, on its own devices
         sampler = Sampler(merged_actor(graph, *hosts.local_copy((frozen, params))),
-                          mesh=hosts.local_sampling_mesh(mesh))
+                          mesh=hosts.local_sampling_mesh(mesh), prompt_buckets=rconfig.prompt_buckets)
     collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
     target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
     first_thread = index * envs.num_envs
