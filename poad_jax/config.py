@@ -37,6 +37,8 @@ from typing import Any, Callable
 
 import ml_collections
 
+from poad_jax import layout  # NumPy only
+
 DTYPES = ("float32", "bfloat16", "float16")  # model parameters and activations
 MATMUL_DTYPES = ("float32", "bfloat16")  # float32: matmuls in `dtype` (exact)
 
@@ -95,6 +97,9 @@ def default_config() -> ml_collections.ConfigDict:
     config.prompt_format = "raw"  # chat (the tokenizer's chat template) | raw
     config.system_prompt = ""
     config.max_prompt_tokens = 1024
+    # Prompts pad to the next multiple of this many tokens up to 256, then to a coarse
+    # ladder (poad_jax/layout.py); 0: the powers of two 32, 64, 128, 256 (before issue 31).
+    config.prompt_bucket_step = layout.PROMPT_BUCKET_STEP
     config.restricted_sampling = "trie"  # trie | action_scores (the paper code's way)
     config.twosome_normalization = "token"  # token | word
     # The `discounted_return` metric: sum_k gamma^k r_k over an episode's env steps
@@ -304,6 +309,8 @@ CHECKS: tuple[Check | OneOf, ...] = (
     at_least("rollout_length", 1),
     at_least("total_env_steps", 1),
     at_least("max_prompt_tokens", 1),
+    Check("prompt_bucket_step", layout.is_prompt_bucket_step, f"0 or a divisor of {layout.FINE_PROMPT_LIMIT}",
+          "prompts pad to a multiple of it; 0: powers of two"),
     within("discounted_return_gamma", 0, 1, open_low=True),
     above("sampling.temperature", 0, "training samples its actions; 0 would be greedy"),
     at_least("sampling.top_k", 0, "0 turns top-k off"),
@@ -516,11 +523,15 @@ def rollout_config(config: ml_collections.ConfigDict | None = None, eos_ids: tup
     """`rollout.RolloutConfig` from `config` (default: `default_config()`).
 
     Each field without a default is the top-level config field of its name;
-    `sampling` is `sampling_config(config, eos_ids)`; `fields` replace any.
+    `sampling` is `sampling_config(config, eos_ids)` and `prompt_buckets`
+    `layout.prompt_buckets(config.prompt_bucket_step)`; `fields` replace any.
     """
     from poad_jax.rollout import RolloutConfig
 
     config = default_config() if config is None else config
     if "sampling" not in fields:
         fields["sampling"] = sampling_config(config, eos_ids)
+    if "prompt_buckets" not in fields:
+        step = _value_or_default(config, "prompt_bucket_step", default_config())
+        fields["prompt_buckets"] = layout.prompt_buckets(int(step))
     return _from_config(RolloutConfig, config, lambda name: name, fields)

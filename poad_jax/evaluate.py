@@ -63,7 +63,8 @@ def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy:
         envs = envs_py.VectorEnv(env_name, threads, seed=seed, mode=str(config.env.vector_mode), **kwargs)
     except Exception as error:  # kwargs and data files are the user's: one line, not a traceback
         raise ExportError(f"cannot build environment {env_name!r}: {' '.join(str(error).split())}") from None
-    collector = RolloutCollector(envs, tokenizer, Sampler(model), method, rconfig, seed=seed)
+    collector = RolloutCollector(envs, tokenizer, Sampler(model, prompt_buckets=rconfig.prompt_buckets), method,
+                                 rconfig, seed=seed)
     rng = jax.random.key(seed)
     steps = 0
     try:

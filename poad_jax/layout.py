@@ -18,7 +18,15 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-PROMPT_BUCKETS = (32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048)  # prompt tokens
+# Prompt buckets (tokens): every multiple of a step up to FINE_PROMPT_LIMIT (short
+# prompts, e.g. VirtualHome's 54-84 tokens, pad by less than one step), then a
+# coarse ladder (long prompts vary more; finer steps there would recompile more
+# than they save).  `prompt_buckets(step)` builds the list; step 0 gives the
+# powers of two below the ladder (the buckets before issue 31).
+PROMPT_BUCKET_STEP = 16  # the default step (config.prompt_bucket_step)
+FINE_PROMPT_LIMIT = 256
+COARSE_PROMPT_BUCKETS = (384, 512, 768, 1024, 1536, 2048)
+POWER_OF_TWO_PROMPT_BUCKETS = (32, 64, 128, 256)  # step 0
 ACTION_BUCKETS = (4, 8, 16, 32, 64, 128, 256)  # action tokens
 COUNT_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # rows of a sampler call, candidates of a state
 POWERS_OF_TWO = tuple(1 << i for i in range(40))
@@ -31,6 +39,27 @@ def bucket_size(n: int, buckets: Sequence[int]) -> int:
             return b
     largest = buckets[-1]
     return -(-n // largest) * largest
+
+
+def is_prompt_bucket_step(step) -> bool:
+    """A valid `prompt_buckets` step: 0, or a positive integer dividing FINE_PROMPT_LIMIT
+    (so the fine buckets end exactly where the coarse ladder starts)."""
+    return isinstance(step, int) and not isinstance(step, bool) and (
+        step == 0 or (0 < step <= FINE_PROMPT_LIMIT and FINE_PROMPT_LIMIT % step == 0))
+
+
+def prompt_buckets(step: int = PROMPT_BUCKET_STEP) -> tuple[int, ...]:
+    """Prompt buckets of a step: (step, 2 step, ..., FINE_PROMPT_LIMIT) + COARSE_PROMPT_BUCKETS;
+    step 0: POWER_OF_TWO_PROMPT_BUCKETS + COARSE_PROMPT_BUCKETS.
+
+    A prompt of n <= FINE_PROMPT_LIMIT tokens then pads to ceil(n / step) * step."""
+    if not is_prompt_bucket_step(step):
+        raise ValueError(f"prompt bucket step must be 0 or a divisor of {FINE_PROMPT_LIMIT}, got {step!r}")
+    fine = POWER_OF_TWO_PROMPT_BUCKETS if step == 0 else tuple(range(step, FINE_PROMPT_LIMIT + 1, step))
+    return fine + COARSE_PROMPT_BUCKETS
+
+
+PROMPT_BUCKETS = prompt_buckets()  # the default
 
 
 def next_power_of_two(n: int, minimum: int = 1) -> int:

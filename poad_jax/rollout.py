@@ -45,8 +45,9 @@ class RolloutConfig:
 
     The fields without a default are settings: `poad_jax.config.rollout_config(config, eos_ids)`
     builds this from the training config (the top-level field of each name;
-    `sampling` from `config.sampling`), whose `default_config()` holds the
-    defaults.  The bucket lists are layout constants, not settings.
+    `sampling` from `config.sampling`, `prompt_buckets` from
+    `config.prompt_bucket_step`), whose `default_config()` holds the
+    defaults.  Their own defaults are the layout's lists (`poad_jax.layout`).
     """
 
     num_threads: int

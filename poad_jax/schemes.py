@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from poad_jax import backups
+from poad_jax.flops import Pass, SchemePasses, shared_prompt_pass
 from poad_jax.layout import COUNT_BUCKETS, allowed_next_tokens, bucket_size
 from poad_jax.policy import (
     FrozenBase,
@@ -90,6 +91,12 @@ class TokenLevel:
             graph, frozen, actor_lora, batch.tokens, batch.positions, batch.key_mask, batch.prompt_len,
             temperature, batch.allowed_tokens, batch.allowed_mask,
         )
+
+    def passes(self, tokens_shape, action_len: int) -> SchemePasses:
+        """The decoder passes `policy` and `critic_features` run over a batch `[N, P + A]`:
+        both over every row; the policy's logits at the A action columns; N A values."""
+        rows, length = tokens_shape
+        return SchemePasses(Pass(rows, length, action_len), Pass(rows, length), rows * action_len)
 
     def critic_features(self, graph: PolicyGraph, frozen: FrozenBase, lora, batch, use_lora: bool) -> jax.Array:
         """`[N, A, H]`: hidden states before each action token, V(o, w^{<j})'s input."""
@@ -169,6 +176,17 @@ class ActionLevel:
         logprobs = jnp.take_along_axis(log_pi, batch.chosen[:, None], axis=-1)[:, 0]
         entropy = -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)
         return logprobs, entropy
+
+    def passes(self, tokens_shape, action_len: int) -> SchemePasses:
+        """The decoder passes `policy` and `critic_features` run over a batch `[N, K, P + A]`.
+        Policy, prompt shared: `flops.shared_prompt_pass`; per candidate: N K rows of P + A with
+        logits at the A action columns.  Critic: candidate 0's row; N values."""
+        rows, candidates, length = tokens_shape
+        if self.share_prompt:
+            policy = shared_prompt_pass(rows, length - action_len, candidates, action_len)
+        else:
+            policy = Pass(rows * candidates, length, action_len)
+        return SchemePasses(policy, Pass(rows, length), rows)
 
     def critic_features(self, graph: PolicyGraph, frozen: FrozenBase, lora, batch, use_lora: bool) -> jax.Array:
         """`[N, H]`: the hidden state at the prompt's last token, V(o)'s input."""

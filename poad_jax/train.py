@@ -54,6 +54,7 @@ from poad_jax import best_program as best_lib
 from poad_jax import checkpoint as checkpoint_lib
 from poad_jax import config as config_lib
 from poad_jax import distributed
+from poad_jax import flops as flops_lib
 from poad_jax.distributed import hosts
 from poad_jax import logging as run_logging
 from poad_jax.config import learner_config, load_config_file, rollout_config, split_config_argument  # noqa: F401  (part of this module's API)
@@ -95,7 +96,7 @@ TrainError = config_lib.ConfigError
 # Fields a re-run may change without changing what the checkpoints mean.
 # A dotted name covers its whole sub-tree ("mesh" covers "mesh.data", ...).
 SAFE_TO_CHANGE = ("total_env_steps", "checkpoint_every", "keep_checkpoints", "tensorboard", "plot", "name",
-                  "env.vector_mode", "remat", "mesh", "share_prompt", "distributed")
+                  "env.vector_mode", "remat", "mesh", "share_prompt", "distributed", "prompt_bucket_step")
 CONFIG_FILE = "config.json"
 CHANGES_FILE = "config_changes.jsonl"
 FINISHED_FILE = "finished.json"
@@ -526,10 +527,10 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
         update_fn, update_compiles = distributed.make_sharded_update_fn(graph, method, lconfig, mesh)
         state = distributed.init_sharded_train_state(params, lconfig, jax.random.key(int(config.seed)), mesh)
     if count == 1:  # on a mesh: rows over the data axes, the base in its sampling layout (a copy only where it differs)
-        sampler = Sampler(merged_actor(graph, frozen, params), mesh=mesh)
+        sampler = Sampler(merged_actor(graph, frozen, params), mesh=mesh, prompt_buckets=rconfig.prompt_buckets)
     else:  # several processes: each samples its own threads, from a process-local copy, on its own devices
         sampler = Sampler(merged_actor(graph, *hosts.local_copy((frozen, params))),
-                          mesh=hosts.local_sampling_mesh(mesh))
+                          mesh=hosts.local_sampling_mesh(mesh), prompt_buckets=rconfig.prompt_buckets)
     collector = RolloutCollector(envs, tokenizer, sampler, method, rconfig, seed=int(config.seed))
     target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
     first_thread = index * envs.num_envs
@@ -584,7 +585,7 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
         last_kl: float | None = None
         updates_this_call = 0
         while collector.env_steps < total and (max_updates is None or updates_this_call < max_updates):
-            before = dict(collector.timings)
+            before, sampler_flops = dict(collector.timings), sampler.matmul_flops
             episodes_before = len(run_episodes.finished_returns)
             counters_before = run_episodes.counters()
             update_in_flight = int(state.update_step) + 1
@@ -636,8 +637,7 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
                 "actions_cut_off": sum(hosts.allgather_json(actions_cut_off(steps, rconfig))),
                 "batch_prompt_len": int(batch.prompt_len),
                 "batch_action_len": int(batch.action_len),
-                "compiles_learner": update_compiles(),
-                "compiles_sampler": int(sampler.compile_count),
+                **update_cost_record(config, method, batch, sampler, sampler_flops, update_compiles()),
                 "seconds_sampling": collector.timings["sampling"] - before["sampling"],
                 "seconds_env": collector.timings["env"] - before["env"],
                 "seconds_behaviour": behaviour_seconds,
@@ -664,6 +664,21 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
         run_logging.plot_curves(records, workdir / "curves.png", episodes)
     finished = bool(records) and records[-1]["env_steps"] >= total
     return RunResult(workdir, records, state, episodes, keeper.best, finished)
+
+
+def update_cost_record(config: ml_collections.ConfigDict, method, batch, sampler: Sampler, sampler_flops_before: int,
+                       learner_compiles: int) -> dict[str, int]:
+    """An update's cost fields: the compilations so far (`compiles_*`) and the matmul FLOPs
+    (`flops_*`, `poad_jax.flops`) of its sampler calls (this process's: the sampler's count
+    since `sampler_flops_before`), its behaviour pass and its learner update (the whole batch's)."""
+    passes = method.scheme.passes(batch.tokens.shape, batch.action_len)
+    counted = flops_lib.update_flops(
+        sampler.model_config, passes, head_sizes=tuple(config.critic.hidden_sizes), next_rows=batch.num_threads,
+        prompt_len=batch.prompt_len, critic_kind=str(config.critic.kind), remat=str(config.remat),
+        epochs=int(config.ppo.epochs))
+    return {"compiles_learner": int(learner_compiles), "compiles_sampler": int(sampler.compile_count),
+            "flops_sampler": int(sampler.matmul_flops - sampler_flops_before),
+            "flops_behaviour": counted["behaviour"], "flops_learner": counted["learner"]}
 
 
 def advice_lines(config: ml_collections.ConfigDict, episodes: dict[str, Any]) -> list[str]:

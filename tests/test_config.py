@@ -13,6 +13,7 @@ import ml_collections
 import pytest
 
 from poad_jax import config as config_lib
+from poad_jax import layout
 from poad_jax import train
 from poad_jax.learner import LearnerConfig
 from poad_jax.rollout import RolloutConfig
@@ -92,15 +93,27 @@ def test_overrides_replace_dataclass_fields():
     assert config_lib.rollout_config(num_threads=2).num_threads == 2
 
 
+def test_the_prompt_bucket_step_sets_the_rollouts_prompt_buckets():
+    """The packer's (and the trainer's sampler's) prompt buckets are the layout's of the config's step."""
+    config = config_lib.default_config()
+    assert config_lib.rollout_config(config).prompt_buckets == layout.prompt_buckets(config.prompt_bucket_step)
+    config.prompt_bucket_step = 0
+    assert config_lib.rollout_config(config).prompt_buckets == layout.prompt_buckets(0)
+    config.prompt_bucket_step = 24  # does not divide 256
+    with pytest.raises(config_lib.ConfigError, match="prompt_bucket_step must be 0 or a divisor of 256, got 24"):
+        config_lib.validate(config)
+
+
 def test_a_stored_config_without_a_newer_field_converts_with_its_default():
     """Run directories keep `config.json` as written then: a field added since takes its default."""
     stored = train.config_as_json(config_lib.default_config())
-    del stored["ppo"]["accumulation_steps"], stored["twosome_normalization"]
+    del stored["ppo"]["accumulation_steps"], stored["twosome_normalization"], stored["prompt_bucket_step"]
     stored["ppo"]["gamma"] = 0.9
     config = ml_collections.ConfigDict(stored)
     learner = config_lib.learner_config(config)
     assert learner.accumulation_steps == 1 and learner.gamma == 0.9
     assert config_lib.rollout_config(config).twosome_normalization == "token"
+    assert config_lib.rollout_config(config).prompt_buckets == layout.PROMPT_BUCKETS
 
 
 class _Stop(Exception):
@@ -117,7 +130,7 @@ def test_the_trainer_runs_on_the_converted_config(tmp_path, monkeypatch):
     seen = {}
 
     def capture_collector(envs, tokenizer, sampler, method, rconfig, seed):
-        seen.update(method=method, rconfig=rconfig, eos=tuple(tokenizer.eos_token_ids))
+        seen.update(method=method, rconfig=rconfig, eos=tuple(tokenizer.eos_token_ids), sampler=sampler)
         raise _Stop
 
     monkeypatch.setattr(train, "RolloutCollector", capture_collector)
@@ -127,6 +140,7 @@ def test_the_trainer_runs_on_the_converted_config(tmp_path, monkeypatch):
     got = {f.name: getattr(seen["rconfig"], f.name) for f in dataclasses.fields(RolloutConfig)
            if not f.name.endswith("buckets")}
     assert got == expected_rollout_fields(config, seen["eos"])
+    assert seen["rconfig"].prompt_buckets == seen["sampler"].prompt_buckets == layout.prompt_buckets()
     config.share_prompt = True
     with pytest.raises(_Stop):
         train.run(config, tmp_path / "w2", show_progress=False)
@@ -216,7 +230,9 @@ def test_each_check_refuses_with_one_line_naming_its_field(check):
 def test_validation_accepts_edge_values():
     config = config_lib.default_config()
     config.ppo.gamma, config.ppo.lam, config.gamma_w, config.sampling.top_p = 1.0, 0.0, 0.5, 1.0
-    config.ppo.actor_lr = config.critic.target_update_every = config.sampling.top_k = 0
+    config.ppo.actor_lr = config.critic.target_update_every = config.sampling.top_k = config.prompt_bucket_step = 0
+    config_lib.validate(config)
+    config.prompt_bucket_step = 256  # one fine bucket
     config_lib.validate(config)
 
 

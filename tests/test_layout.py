@@ -9,11 +9,14 @@ import numpy as np
 import pytest
 
 from poad_jax.layout import (
+    FINE_PROMPT_LIMIT,
+    PROMPT_BUCKETS,
     action_trie,
     allowed_next_tokens,
     bucket_size,
     next_power_of_two,
     positions_from_mask,
+    prompt_buckets,
 )
 from poad_jax.sampling import build_action_tries
 
@@ -22,6 +25,27 @@ def test_bucket_rounding():
     assert [bucket_size(n, (4, 8, 16)) for n in (1, 4, 5, 16, 17, 33)] == [4, 4, 8, 16, 32, 48]
     assert [next_power_of_two(n) for n in (1, 2, 3, 5, 64, 65)] == [1, 2, 4, 8, 64, 128]
     assert next_power_of_two(3, 8) == 8 and next_power_of_two(9, 8) == 16
+
+
+@pytest.mark.parametrize("step", [8, 16, 32, 64])
+def test_fine_prompt_buckets_pad_a_short_prompt_by_less_than_one_step(step):
+    buckets = prompt_buckets(step)
+    assert list(buckets) == sorted(set(buckets))
+    for n in range(1, FINE_PROMPT_LIMIT + 1):
+        assert 0 <= bucket_size(n, buckets) - n < step
+    assert bucket_size(FINE_PROMPT_LIMIT + 1, buckets) == prompt_buckets(0)[4]  # the coarse ladder after the limit
+
+
+def test_prompt_bucket_step_zero_gives_the_buckets_before_issue_31_and_the_default_is_16():
+    assert prompt_buckets(0) == (32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048)
+    assert PROMPT_BUCKETS == prompt_buckets(16)
+    assert [bucket_size(n, PROMPT_BUCKETS) for n in (54, 61, 76, 84)] == [64, 64, 80, 96]  # VirtualHome's lengths
+
+
+@pytest.mark.parametrize("step", [-16, 3, 24, 512, 16.0, True])
+def test_a_prompt_bucket_step_must_divide_the_fine_limit(step):
+    with pytest.raises(ValueError, match="0 or a divisor of 256"):
+        prompt_buckets(step)
 
 
 def test_positions_from_mask_numpy_and_jax_agree():

@@ -178,8 +178,10 @@ def test_whole_update_agrees_and_first_ratio_is_one_with_sharing():
         update, _ = make_update_fn(graph, method, config)
         state = init_train_state(jax.tree.map(jnp.array, params), config, jax.random.key(0))
         _, metrics[share] = update(state, frozen, batch)
+    # The policy loss and the KL start at 0 up to rounding (normalised advantages have mean 0, the
+    # first ratio is 1): they are compared at the absolute rounding of float32 sums of O(1) terms.
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "actor_grad_norm", "critic_grad_norm"):
-        np.testing.assert_allclose(float(metrics[True][key]), float(metrics[False][key]), rtol=1e-4, atol=1e-7,
+        np.testing.assert_allclose(float(metrics[True][key]), float(metrics[False][key]), rtol=1e-4, atol=1e-6,
                                    err_msg=key)
     assert float(metrics[True]["actor_grad_norm"]) > 0
 

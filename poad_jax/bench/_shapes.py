@@ -36,7 +36,28 @@ LLAMA_7B_SHAPES = dict(
     max_position_embeddings=4096,
 )
 
-SHAPES = {"smollm2-135m": SMOLLM2_SHAPES, "llama-7b": LLAMA_7B_SHAPES}
+# Qwen2.5-Coder-0.5B-Instruct as `poad_jax.models.load` converts the embedded GGUF
+# (configs/datasci_qwen.py's model): its output layer is a separate matrix, not the embedding.
+QWEN_CODER_05B_SHAPES = dict(
+    vocab_size=151936,
+    hidden_size=896,
+    intermediate_size=4864,
+    num_hidden_layers=24,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    head_dim=64,
+    rms_norm_eps=1e-6,
+    rope_theta=1000000.0,
+    tie_word_embeddings=False,
+    attention_bias=True,
+    max_position_embeddings=32768,
+    bos_token_id=151643,
+    eos_token_id=151645,
+    pad_token_id=151643,
+    model_type="qwen2",
+)
+
+SHAPES = {"smollm2-135m": SMOLLM2_SHAPES, "llama-7b": LLAMA_7B_SHAPES, "qwen2.5-coder-0.5b": QWEN_CODER_05B_SHAPES}
 
 
 def build_random_model(shape: str, *, lora, dtype, matmul_dtype, remat: str = "full"):

@@ -17,15 +17,23 @@ arguments plus the comma-separated overrides, e.g.
 `--versus=config.method=twosome` or `--versus=config.share_prompt=false`),
 each side in its own subprocess (`--rounds=N` alternates them N times and
 takes medians), and prints the ratio of the second's seconds per 1k env
-steps to the first's.  `--config.share_prompt=false` (or its short form
-`--share_prompt=false`) gives TWOSOME's per-candidate computation (every
-candidate runs the whole prompt again) instead of one prompt encoding per
-state.
+steps to the first's, and each side's compilation counts.
+`--config.share_prompt=false` (or its short form `--share_prompt=false`)
+gives TWOSOME's per-candidate computation (every candidate runs the whole
+prompt again) instead of one prompt encoding per state.
+
+Roofline: the records' matmul FLOPs (`flops_*`, counted by `poad_jax.flops`
+from the model config and the padded shapes each pass ran) per env step,
+against the machine's matmul throughput measured here (a `[2048, 2048] x
+[2048, 2048]` matmul in the run's matmul dtype, as the model runs its
+matmuls; the better of a measurement before and one after the run): the
+loop's and each phase's achieved fraction of it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import statistics
 import subprocess
@@ -34,6 +42,7 @@ import tempfile
 import time
 
 PHASES = ("sampling", "env", "behaviour", "learner")
+FLOP_PHASES = {"sampling": "flops_sampler", "behaviour": "flops_behaviour", "learner": "flops_learner"}
 
 
 def parse(argv: list[str]):
@@ -113,13 +122,19 @@ def side_by_side(argv: list[str], versus: str, rounds: int) -> int:
     ratio = median["B"] / median["A"]
     print(f"{'B / A':32s} {ratio:10.2f} " + " ".join(
         f"{by_phase['B'][p] / by_phase['A'][p]:10.2f}" if by_phase["A"][p] > 0 else f"{'-':>10s}" for p in phases))
+    for name in ("A", "B"):
+        compiles = ", ".join(f"{r['compiles']['learner']}/{r['compiles']['sampler']}" for r in results[name])
+        roof = ", ".join(f"{r['roofline']['percent']:.1f} %" for r in results[name] if r.get("roofline"))
+        print(f"{name}: compilations learner/sampler per run {compiles}" + (f"; loop at {roof} of matmul peak"
+                                                                               if roof else ""))
     print(f"B = A + {versus}")
     print(json.dumps({
         "bench": "e2e_versus",
         "versus": versus,
         "rounds": rounds,
-        "a": {"label": label["A"], "s_per_1k_env_steps": round(median["A"], 2)},
-        "b": {"label": label["B"], "s_per_1k_env_steps": round(median["B"], 2)},
+        **{name.lower(): {"label": label[name], "s_per_1k_env_steps": round(median[name], 2),
+                          "runs_s_per_1k_env_steps": [r["s_per_1k_env_steps"] for r in results[name]],
+                          "compiles": [r["compiles"] for r in results[name]]} for name in ("A", "B")},
         "ratio_b_over_a": round(ratio, 3),
     }))
     return 0
@@ -139,6 +154,30 @@ def summarise(records: list[dict]) -> dict:
         "s_per_1k_env_steps": 1000.0 * wall / steps,
         "s_per_1k_by_phase": per_1k,
         "fraction": {name: s / wall for name, s in seconds.items()} if wall > 0 else {},
+    }
+
+
+def roofline(records: list[dict], matmul_gflops: float) -> dict | None:
+    """Matmul work of `records` against a matmul throughput (GFLOP/s):
+
+        GFLOP per env step = sum of flops_* / env steps / 1e9
+        percent            = 100 x (FLOPs / wall seconds) / throughput   (the loop, and each phase
+                             over its own seconds)
+
+    None when the records hold no FLOP counts (older runs)."""
+    if not records or any(field not in r for r in records for field in FLOP_PHASES.values()):
+        return None
+    steps = sum(r["steps_this_update"] for r in records)
+    work = {phase: sum(r[field] for r in records) for phase, field in FLOP_PHASES.items()}
+    wall = sum(r["seconds_wall"] for r in records)
+    percent = lambda flops, seconds: 100.0 * flops / seconds / 1e9 / matmul_gflops if seconds > 0 else 0.0
+    return {
+        "gflop_per_env_step": sum(work.values()) / steps / 1e9,
+        "matmul_gflops": matmul_gflops,
+        "percent": percent(sum(work.values()), wall),
+        "by_phase": {phase: {"gflop_per_env_step": flops / steps / 1e9,
+                             "percent": percent(flops, sum(r[f"seconds_{phase}"] for r in records))}
+                     for phase, flops in work.items()},
     }
 
 
@@ -167,6 +206,10 @@ def main(argv: list[str]) -> int:
     config.plot = False
     config.checkpoint_every = 10**9
     config.share_prompt = bool(config.share_prompt) and bool(values.share_prompt)
+    from poad_jax.bench._machine import matmul_gflops
+
+    matmul_dtype = str(config.get("matmul_dtype", "float32"))
+    peak_before = matmul_gflops(matmul_dtype)  # the ceiling: the better of before and after the run
 
     # Wall time per update: wrap the logger so each record gets the time since the previous one.
     marks = {"last": None}
@@ -220,6 +263,13 @@ def main(argv: list[str]) -> int:
     print(f"whole call {total_s:.1f} s (including model loading); peak RSS {peak:.0f} MiB; "
           f"compilations: learner {records[-1]['compiles_learner']}, sampler {records[-1]['compiles_sampler']}")
     headline = warm or cold
+    roof = roofline(records[1:] if warm else records, max(peak_before, matmul_gflops(matmul_dtype)))
+    if roof is not None:
+        phases = ", ".join(f"{phase} {v['gflop_per_env_step']:.3g} GFLOP at {v['percent']:.1f} %"
+                           for phase, v in roof["by_phase"].items())
+        print(f"roofline: {roof['gflop_per_env_step']:.3g} GFLOP per env step; measured matmul "
+              f"{roof['matmul_gflops']:.0f} GFLOP/s ({matmul_dtype}); loop at {roof['percent']:.1f} % of that "
+              f"({'warm' if warm else 'cold'}; {phases})")
     summary = {
         "bench": "e2e",
         "config": config.name,
@@ -234,6 +284,14 @@ def main(argv: list[str]) -> int:
         "updates": len(records),
         "env_steps_per_update": steps_per_update,
         "peak_rss_mib": round(peak),
+        "compiles": {"learner": records[-1]["compiles_learner"], "sampler": records[-1]["compiles_sampler"]},
+        "batch_prompt_len": sorted({r["batch_prompt_len"] for r in records}),
+        "roofline": None if roof is None else {
+            "gflop_per_env_step": float(f"{roof['gflop_per_env_step']:.4g}"),
+            "matmul_gflops": round(roof["matmul_gflops"], 1),
+            "percent": round(roof["percent"], 2),
+            "by_phase": {phase: {k: float(f"{x:.4g}") for k, x in v.items()} for phase, v in roof["by_phase"].items()}},
+        "load_average": round(os.getloadavg()[0], 2),
         "device": "cpu",
     }
     print(json.dumps(summary))

@@ -29,6 +29,13 @@ bytes one decode step must read (every weight once, plus the KV cache it
 attends over), i.e. the achieved memory bandwidth, against which a
 memory-bound decode is judged; `--peak-gbs` turns that into a fraction of
 the device's bandwidth.  `--batch` takes a comma-separated list everywhere.
+
+Decode against the memory floor: our side also measures the machine's read
+bandwidth (a streaming sum over 512 MiB, `bench._machine.read_gbs`) and
+prints each batch's decode ms/step against the weight bytes a step reads /
+that bandwidth (every base weight once; an untied input embedding only
+gathers rows, so it is left out), e.g. Qwen2.5-Coder-0.5B's shapes at
+batch 4: `--shape=qwen2.5-coder-0.5b --sides=jax --batch=4`.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ import sys
 import tempfile
 import time
 
-from poad_jax.bench import _sides
+from poad_jax.bench import _machine, _sides
 from poad_jax.bench._shapes import SHAPES, build_random_model
 
 MODEL_NAME = "smollm2-135m-instruct"
@@ -71,21 +78,29 @@ def best_time(fn, repeats: int) -> tuple[float, list[float]]:
     return min(times), times
 
 
-def decode_bytes(model, batch: int, cache_slots: int, cache_dtype) -> int:
-    """Bytes one decode step must read at least: every base weight once, plus
-    the KV cache of `cache_slots` slots for `batch` rows (keys and values of
-    every layer, in `cache_dtype`)."""
+def weight_bytes(model) -> int:
+    """Bytes of the base weights one decode step reads: every base parameter once, except an
+    untied input embedding (a step gathers only its rows; a tied one is the output layer)."""
     import jax
     import numpy as np
     from flax import nnx
 
     from poad_jax.models.llama import base_filter
 
-    weights = sum(int(np.prod(x.shape)) * x.dtype.itemsize
-                  for x in jax.tree.leaves(nnx.state(model, base_filter())))
+    total = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, base_filter())))
+    if model.lm_head is not None:
+        total -= int(np.prod(model.embed.shape)) * model.embed[...].dtype.itemsize
+    return total
+
+
+def decode_bytes(model, batch: int, cache_slots: int, cache_dtype) -> int:
+    """Bytes one decode step must read at least: `weight_bytes`, plus the KV cache of
+    `cache_slots` slots for `batch` rows (keys and values of every layer, in `cache_dtype`)."""
+    import numpy as np
+
     config = model.config
     per_slot = 2 * config.num_hidden_layers * config.num_key_value_heads * config.dim_per_head
-    return weights + batch * cache_slots * per_slot * np.dtype(cache_dtype).itemsize
+    return weight_bytes(model) + batch * cache_slots * per_slot * np.dtype(cache_dtype).itemsize
 
 
 def device_peak_mib(device) -> float | None:
@@ -135,6 +150,8 @@ def run_jax(directory: str, args) -> dict:
     device = jax.devices()[0]
     return {
         "runs": runs,
+        "weight_bytes": weight_bytes(model),
+        "read_gbs_measured": _machine.read_gbs(),
         "peak_rss_mib": peak_rss_mib(),
         "device_peak_mib": device_peak_mib(device),
         "compiles": sampler.compile_count,
@@ -226,6 +243,33 @@ def greedy_agreement(ours: list[list[int]], theirs: list[list[int]]) -> float:
     )
 
 
+def memory_floor(decode_step_s: float, weight_bytes: int, decode_bytes: int, read_gbs: float) -> dict:
+    """A decode step against the memory floor: floor = bytes / measured read bandwidth,
+
+        over_floor = decode step time / (weight bytes / bandwidth)
+        over_floor_with_cache = decode step time / ((weights + KV cache bytes) / bandwidth)
+    """
+    floor_s = weight_bytes / (read_gbs * 1e9)
+    return {"decode_ms": 1e3 * decode_step_s, "floor_ms": 1e3 * floor_s, "over_floor": decode_step_s / floor_s,
+            "floor_with_cache_ms": 1e3 * decode_bytes / (read_gbs * 1e9),
+            "over_floor_with_cache": decode_step_s * read_gbs * 1e9 / decode_bytes}
+
+
+def memory_floor_lines(result: dict) -> dict:
+    """Prints, per batch, our decode ms/step against weight bytes / the measured read bandwidth;
+    returns the figures by batch (for the JSON line)."""
+    read, weights = result["read_gbs_measured"], result["weight_bytes"]
+    by_batch = {}
+    for run in result["runs"]:
+        floor = memory_floor(run["decode_step_s"], weights, run["decode_bytes"], read)
+        by_batch[str(run["batch"])] = {k: round(v, 3) for k, v in floor.items()}
+        print(f"memory floor, batch {run['batch']}: decode {floor['decode_ms']:.1f} ms/step; weights "
+              f"{weights / 1e6:.0f} MB / measured read {read:.1f} GB/s = {floor['floor_ms']:.1f} ms: "
+              f"{floor['over_floor']:.2f}x the floor ({floor['over_floor_with_cache']:.2f}x counting the KV cache "
+              f"read, {(run['decode_bytes'] - weights) / 1e6:.0f} MB)")
+    return {"read_gbs": round(read, 2), "weight_bytes": weights, "by_batch": by_batch}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m poad_jax.bench generate", description=__doc__.splitlines()[0])
     parser.add_argument("--batch", default="8", help="batch size, or a comma-separated list (e.g. 1,16,64)")
@@ -315,6 +359,7 @@ def main(argv: list[str]) -> int:
         summary["greedy_agreement_steps"] = round(agreements[0], 1)
     if "jax" in results:
         print(f"our compilations: {results['jax']['compiles']}")
+        summary["memory_floor"] = memory_floor_lines(results["jax"])
         if args.peak_gbs > 0:
             for run in results["jax"]["runs"]:
                 if "read_gbs" in run:

@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 
+from poad_jax import flops
 from poad_jax.bench import _sides
 from poad_jax.bench._shapes import SHAPES, build_random_model
 from poad_jax.models.llama import REMAT_POLICIES
@@ -158,26 +159,18 @@ def run_jax(directory: str, args) -> dict:
 def step_flops(config, rows: int, length: int, logit_columns: int) -> dict:
     """Matmul FLOPs of one update, counted two ways (multiply-add = 2 FLOPs).
 
-    forward F = 2 x (decoder matmul parameters) x tokens + 2 x hidden x vocab x
-    rows x logit_columns (the output layer runs at the action columns only)
-    + 4 x layers x rows x length^2 x query width (attention scores and
-    values, causal mask not discounted).  The frozen base needs no weight gradients, so the useful
-    work of an update is forward + backward through the activations = 2F
-    ("useful"); the conventional 6 x params x tokens corresponds to 3F and
-    overstates a frozen-base LoRA step ("6N"); with remat="full" the hardware
-    also recomputes the forward once more, which neither figure counts.
+    forward F = `flops.pass_flops` of the rows (the output layer at the action
+    columns only; attention's full square, the causal mask not discounted).
+    The frozen base needs no weight gradients, so the useful work of an
+    update is forward + backward through the activations = 2F ("useful");
+    the conventional 6 x params x tokens corresponds to 3F and overstates a
+    frozen-base LoRA step ("6N"); with remat="full" the hardware also
+    recomputes most of the forward once more (`flops.training_flops` counts
+    that), which neither figure counts.
     """
-    hidden, inter = config.hidden_size, config.intermediate_size
-    q_width = config.num_attention_heads * config.dim_per_head
-    kv_width = config.num_key_value_heads * config.dim_per_head
-    per_layer = hidden * (2 * q_width + 2 * kv_width) + 3 * hidden * inter
-    decoder = config.num_hidden_layers * per_layer
-    head = hidden * config.vocab_size
-    tokens = rows * length
-    forward = (2 * decoder * tokens + 2 * head * rows * logit_columns
-               + 4 * config.num_hidden_layers * rows * length * length * q_width)
-    return {"forward": forward, "useful": 2 * forward, "6N": 6 * (decoder + head) * tokens,
-            "base_params": decoder + head}
+    forward = flops.pass_flops(config, flops.Pass(rows, length, logit_columns)).total
+    base = flops.decoder_weights(config) + config.hidden_size * config.vocab_size
+    return {"forward": forward, "useful": 2 * forward, "6N": 6 * base * rows * length, "base_params": base}
 
 
 def jax_phases(graph, frozen, state, batch, method, lconfig, repeats: int) -> dict:

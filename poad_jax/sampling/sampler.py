@@ -7,7 +7,8 @@ change (`set_lora`, e.g. after each PPO update): the state is an argument of
 jitted pure functions whose graph definition is fixed, so new weights never
 recompile.  Batch size and prompt length are rounded up to buckets (dummy
 rows, left padding), which bounds the number of compilations;
-`compile_count` counts them (one per trace of a jitted function).
+`compile_count` counts them (one per trace of a jitted function) and
+`matmul_flops` the matmul FLOPs of every call's padded shapes (`poad_jax.flops`).
 
 On a device mesh (`Sampler(model, mesh=mesh)`) rows are split over the data
 axes and the base is held in its sampling layout
@@ -27,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from poad_jax.flops import decode_flops, prefill_flops, scoring_flops
 from poad_jax.layout import ACTION_BUCKETS, COUNT_BUCKETS, PROMPT_BUCKETS, bucket_size, build_action_tries, next_power_of_two
 from poad_jax.models.decode import unstack_weights
 from poad_jax.models.llama import base_filter
@@ -164,7 +166,9 @@ class Sampler:
             cache_dtype = model.matmul_dtype if getattr(model, "matmul_dtype", None) is not None else model.dtype
         self.cache_dtype = jnp.dtype(cache_dtype)
         self.vocab_size = model.config.vocab_size
+        self.model_config = model.config
         self.compile_count = 0
+        self.matmul_flops = 0  # of every call so far, as run (padded rows and slots included)
         self.layout = None
         graphdef, *state = nnx.split(model, base_filter(), nnx.LoRAParam, ...)
         # Own Variable objects (same arrays): later in-place edits of `model` do not leak in.
@@ -230,8 +234,14 @@ class Sampler:
         batch = self._batch(len(prompts))
         length = bucket_size(max(len(p) for p in prompts), self.prompt_buckets)
         tokens, mask = left_pad(prompts, batch, length)
+        self.matmul_flops += prefill_flops(self.model_config, batch, length)
         return self._prefill(*self._weights(), self._rows(tokens), self._rows(mask), jnp.int32(len(prompts)),
                              length + buffer_length, buffer_length)
+
+    def _count_decode(self, carry) -> None:
+        """Adds the matmul FLOPs of a finished decode loop (`carry.step` steps over every cache slot)."""
+        rows, cache_len = carry.key_mask.shape
+        self.matmul_flops += decode_flops(self.model_config, rows, int(carry.step), cache_len)
 
     def generate(self, prompts: Sequence[Sequence[int]], rng: jax.Array, config: SamplingConfig,
                  tokenizer=None) -> Generation:
@@ -243,6 +253,7 @@ class Sampler:
         stop_ids = tuple(sorted(set(stop_ids)))
         rule = FreeSampling(float(config.temperature), int(config.top_k), float(config.top_p), stop_ids)
         carry = self._decode(*self._weights(), self._start(prompts, config.max_new_tokens), self._key(rng), rule)
+        self._count_decode(carry)
         tokens, logprobs, n_written = np.asarray(carry.tokens), np.asarray(carry.logprobs), int(carry.step)
         out_tokens, out_logprobs, reasons = [], [], []
         for b in range(len(prompts)):
@@ -288,6 +299,7 @@ class Sampler:
         rule = TrieSampling(*edges, float(temperature), row_local=self.layout is not None)
         carry = self._start(prompts, next_power_of_two(trie.max_depth, 8))
         carry = self._decode(*self._weights(), carry, self._key(rng), rule)
+        self._count_decode(carry)
         tokens, logprobs, nodes = np.asarray(carry.tokens), np.asarray(carry.logprobs), np.asarray(carry.node)
         out_tokens, out_logprobs, index = [], [], []
         for b in range(len(prompts)):
@@ -343,9 +355,12 @@ class Sampler:
                                                   normalization))
             rows.append(row)
         batch = self._batch(len(prompts))
-        prompt_tokens, prompt_mask = left_pad(prompts, batch, bucket_size(max(map(len, prompts)), self.prompt_buckets))
-        packed = pack_candidates(rows, normalizers, batch, bucket_size(max(map(len, rows)), self.batch_buckets),
-                                 bucket_size(max(len(a) for r in rows for a in r), ACTION_BUCKETS))
+        prompt_len = bucket_size(max(map(len, prompts)), self.prompt_buckets)
+        n_actions = bucket_size(max(map(len, rows)), self.batch_buckets)
+        action_len = bucket_size(max(len(a) for r in rows for a in r), ACTION_BUCKETS)
+        prompt_tokens, prompt_mask = left_pad(prompts, batch, prompt_len)
+        packed = pack_candidates(rows, normalizers, batch, n_actions, action_len)
+        self.matmul_flops += scoring_flops(self.model_config, batch, prompt_len, n_actions, action_len)
         sums, normalized, log_pi = self._score(
             *self._weights(), self._rows(prompt_tokens), self._rows(prompt_mask), *map(self._rows, packed))
         sums, normalized, probs = np.asarray(sums), np.asarray(normalized), np.exp(np.asarray(log_pi))
