@@ -424,7 +424,9 @@ def test_a_published_study_still_builds_the_cells_it_ran(name):
         ran = json.loads(recorded.read_text())
         refused, safe = train.config_differences(ran, train.config_as_json(study_lib.cell_config(study, cell)))
         assert refused == [], (cell.name, refused)
-        assert {field: old for field, (old, _) in safe.items() if old is not None} == {}, (cell.name, safe)
+        changed = {field: old for field, (old, _) in safe.items()
+                   if old is not None and field not in study_lib.RESUMABLE_FIELDS}  # a first pass ran fewer steps
+        assert changed == {}, (cell.name, safe)
         compared += 1
     assert compared
 
