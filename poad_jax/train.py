@@ -580,8 +580,7 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
             progress = RunProgress(total, collector.env_steps, f"{config.method} {config.env.name}")
         else:
             progress = NoProgress()
-        per_update = int(config.num_threads) * int(config.rollout_length)  # env steps, all processes'
-        last_update = int(state.update_step) + max(0, -(-(total - collector.env_steps) // per_update))  # rounded up
+        last_update = final_update(config, int(state.update_step), collector.env_steps, total)
         last_kl: float | None = None
         updates_this_call = 0
         while collector.env_steps < total and (max_updates is None or updates_this_call < max_updates):
@@ -664,6 +663,13 @@ def _train(config, workdir, method, lconfig, mesh, model, tokenizer, envs, show_
         run_logging.plot_curves(records, workdir / "curves.png", episodes)
     finished = bool(records) and records[-1]["env_steps"] >= total
     return RunResult(workdir, records, state, episodes, keeper.best, finished)
+
+
+def final_update(config: ml_collections.ConfigDict, update: int, env_steps: int, total: int) -> int:
+    """The update the run ends at: `update` plus the updates (of num_threads x rollout_length
+    env steps, all processes') that `total - env_steps` needs, rounded up."""
+    per_update = int(config.num_threads) * int(config.rollout_length)
+    return update + max(0, -(-(total - env_steps) // per_update))
 
 
 def update_cost_record(config: ml_collections.ConfigDict, method, batch, sampler: Sampler, sampler_flops_before: int,
