@@ -8,8 +8,14 @@
 # The second group's study is written once the sweep has chosen its rate.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-nice -n 5 .venv/bin/python -m poad_jax.study --study=studies/virtualhome_paper_lr.py || exit $?
-.venv/bin/python -m poad_jax.study --study=studies/virtualhome_paper_lr.py --report --publish=docs/results
+sweep=studies/virtualhome_paper_lr.py
+nice -n 5 .venv/bin/python -m poad_jax.study --study=$sweep --up-to=1536 || exit $?
+.venv/bin/python scripts/paper_lr_rule.py --env-steps=1536
+if [ $? -eq 3 ]; then  # no success anywhere yet: the rule's extension to 3,072 env steps
+  nice -n 5 .venv/bin/python -m poad_jax.study --study=$sweep || exit $?
+  .venv/bin/python scripts/paper_lr_rule.py --env-steps=3072
+fi
+.venv/bin/python -m poad_jax.study --study=$sweep --report --publish=docs/results
 nice -n 5 .venv/bin/python -m poad_jax.study --study=studies/virtualhome_paper.py --up-to=1024 || exit $?
 nice -n 5 .venv/bin/python -m poad_jax.study --study=studies/virtualhome_paper.py || exit $?
 .venv/bin/python -m poad_jax.study --study=studies/virtualhome_paper.py --report --publish=docs/results

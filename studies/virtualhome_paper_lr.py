@@ -10,7 +10,8 @@ the size of the first policy steps only).
 
 The sweep: the paper preset (configs/virtualhome_paper.py, every other
 setting the authors'), actor lr 1e-4, 3e-5 and 1e-5, POAD and TWOSOME, seed
-0, 1,536 env steps (12 updates of 4 x 32), highest rate first.
+0, first 1,536 env steps (12 updates of 4 x 32, `--up-to=1536`), highest
+rate first; the study's total, 3,072, is the extension of rule 3.
 
 The rule, written down before any of these cells ran (2026-11-25):
   1. A rate qualifies if (a) an episode succeeded within the 1,536 env steps
@@ -21,10 +22,15 @@ The rule, written down before any of these cells ran (2026-11-25):
   2. The second group uses the largest qualifying rate.
   3. If no rate qualifies for want of a success, the sweep is extended to
      3,072 env steps before choosing; if only for KL, 3e-6 is added.
-The chosen rate's seed-0 cells are the first 1,536 env steps of the second
+`scripts/paper_lr_rule.py` applies the rule to the cells (exit 0 with the
+rate chosen, 3: extend, 4: add a lower rate; tests/test_paper_lr_rule.py).
+The chosen rate's seed-0 cells are the first env steps of the second
 group's seed-0 cells (same config and seed: copied, then continued).
 
-    python -m poad_jax.study --study=studies/virtualhome_paper_lr.py
+    python -m poad_jax.study --study=studies/virtualhome_paper_lr.py --up-to=1536
+    python scripts/paper_lr_rule.py --env-steps=1536
+    python -m poad_jax.study --study=studies/virtualhome_paper_lr.py     # rule 3: on to 3,072
+    python scripts/paper_lr_rule.py --env-steps=3072
 """
 
 
@@ -32,7 +38,7 @@ def get_study():
     return {
         "name": "virtualhome_paper_lr",
         "base_config": "configs/virtualhome_paper.py",
-        "fixed": {"total_env_steps": 1536},
+        "fixed": {"total_env_steps": 3072},
         "axes": {
             "ppo.actor_lr": [1e-4, 3e-5, 1e-5],
             "variant": [
