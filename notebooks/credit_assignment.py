@@ -46,10 +46,10 @@ if "google.colab" in sys.modules:
 # Plan:
 # 1. the toy task and its tokens;
 # 2. the three backups written as one token-level GAE scan with different
-#    per-token discounts (`poad_jax.backups`);
+#    per-token discounts (`poad_jax.core.gae`);
 # 3. the **exact** critic of each backup (a converged critic), and the
 #    per-token advantages it produces: heatmaps;
-# 4. **training** the three methods with `poad_jax.train.run` (tiny random
+# 4. **training** the three methods with `poad_jax.run.train.run` (tiny random
 #    model) and their learning curves;
 # 5. critics **learned** with each backup on the model's features, and the
 #    same heatmaps.
@@ -84,10 +84,11 @@ if importlib.util.find_spec("poad_jax") is None:  # a checkout that is not pip-i
     sys.path.insert(0, str(REPO))
 
 import envs_py
-from poad_jax import backups, train
-from poad_jax.methods import make_method
-from poad_jax.policy import ValueHead, action_logprobs, base_features, head_values, split_policy
-from poad_jax.token_batch import pack_rows
+from poad_jax.core import gae as gae_lib
+from poad_jax.run import train
+from poad_jax.agent.methods import make_method
+from poad_jax.core.policy import ValueHead, action_logprobs, base_features, head_values, split_policy
+from poad_jax.core.token_batch import pack_rows
 
 np.set_printoptions(precision=3, suppress=True)
 
@@ -151,7 +152,7 @@ assert REWARDS.tolist() == [float(c == "blue") for c in COLOURS]
 #
 # $$\delta_j = r_j + d_j\, V_{j+1} - V_j, \qquad A_j = \delta_j + d_j\,\lambda\, A_{j+1}, \qquad R_j = A_j + V_j,$$
 #
-# a single reverse scan (`backups.token_gae`). The methods differ only in
+# a single reverse scan (`gae_lib.token_gae`). The methods differ only in
 # $d_j$ and in what one stream element is:
 #
 # * **BAD** (POAD): inside an action, no reward and no discount; at its end,
@@ -184,7 +185,7 @@ def episode_streams(method_name: str) -> dict[str, np.ndarray]:
             rewards[row, last] = REWARDS[action]
             action_end[row, last] = True
         done[row, -1] = True
-    discounts = backups.action_discounts(action_end, done, GAMMA, method.gamma_w if method.token_level else 1.0)
+    discounts = gae_lib.action_discounts(action_end, done, GAMMA, method.gamma_w if method.token_level else 1.0)
     return dict(rewards=rewards, action_end=action_end, done=done, discounts=np.asarray(discounts), width=width)
 
 
@@ -214,7 +215,7 @@ for name in METHODS:
 # %%
 def discounted_returns(streams) -> np.ndarray:
     zeros = np.zeros_like(streams["rewards"])
-    returns, _ = backups.token_gae(
+    returns, _ = gae_lib.token_gae(
         streams["rewards"], zeros, streams["discounts"], np.ones_like(zeros, bool), zeros[:, 0], 1.0
     )
     return np.asarray(returns)
@@ -258,7 +259,7 @@ def step_one_advantages(method_name: str, values: np.ndarray, policy: np.ndarray
     """
     streams = episode_streams(method_name)
     valid = np.ones_like(streams["rewards"], bool)
-    advantages, _ = backups.token_gae(
+    advantages, _ = gae_lib.token_gae(
         streams["rewards"], values, streams["discounts"], valid, np.zeros(len(EPISODES), np.float32), lam
     )
     advantages = np.asarray(advantages).reshape(len(ACTIONS), len(ACTIONS), -1)
@@ -386,7 +387,7 @@ heatmap_grid(
 # %% [markdown]
 # ## 4. Training the three methods
 #
-# Now learn everything: `poad_jax.train.run` with `configs/toy.py` (a random
+# Now learn everything: `poad_jax.run.train.run` with `configs/toy.py` (a random
 # 2-layer LLaMA with a word tokenizer, a LoRA actor, an MLP critic head over
 # the frozen base's hidden states), 4 threads x 4 steps = 16 env steps per
 # update. POAD and NTPO decode token by token, constrained by the trie of
@@ -543,7 +544,7 @@ def fit_critic(name: str, policy: np.ndarray, steps: int = 400, learning_rate: f
 
     def loss_fn(state):
         values = stream_values(name, nnx.merge(head_graph, state)(FEATURES))
-        _, returns = backups.token_gae(
+        _, returns = gae_lib.token_gae(
             streams["rewards"], jax.lax.stop_gradient(values), streams["discounts"], valid, episode_over, LAM
         )
         return 0.5 * jnp.sum(weights * (values - returns) ** 2) / values.shape[1]

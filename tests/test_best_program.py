@@ -60,14 +60,14 @@ envs_py.register(SCRIPTED_ENV, f"{__name__}:ScriptedDataSciEnv", "DataSciCoding 
 
 if __name__ == "__main__":  # the training CLI; the config file (see `write_config_file`) registers the env
     sys.path.insert(0, str(REPO / "tests"))
-    from poad_jax import train
+    from poad_jax.run import train
 
     train.cli()
 
 import pytest  # noqa: E402
 
-from poad_jax import best_program, train  # noqa: E402
-from poad_jax.logging import read_metrics  # noqa: E402
+from poad_jax.run import best_program, train  # noqa: E402
+from poad_jax.run.metrics import read_metrics  # noqa: E402
 
 OVERRIDES = {
     "env.name": SCRIPTED_ENV, "env.kwargs": {"max_attempts": 4, "timeout_s": 60.0},

@@ -1,4 +1,4 @@
-"""One source for the training configuration (`poad_jax.config`): its defaults,
+"""One source for the training configuration (`poad_jax.run.config`): its defaults,
 its validation, its conversion to the library's dataclasses, and config files
 that load by path from any working directory."""
 
@@ -12,11 +12,11 @@ import sys
 import ml_collections
 import pytest
 
-from poad_jax import config as config_lib
-from poad_jax import layout
-from poad_jax import train
-from poad_jax.learner import LearnerConfig
-from poad_jax.rollout import RolloutConfig
+from poad_jax.run import config as config_lib
+from poad_jax.core import layout
+from poad_jax.run import train
+from poad_jax.agent.learner import LearnerConfig
+from poad_jax.agent.rollout import RolloutConfig
 from poad_jax.sampling import SamplingConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -182,7 +182,7 @@ def test_no_config_file_edits_sys_path():
 def test_config_files_load_from_another_working_directory(tmp_path):
     """By path, from elsewhere: the library's loader, and the CLI with an override (a bad one, so that the
     command stops at validation with one line instead of training)."""
-    script = ("import sys\nfrom poad_jax import config\n"
+    script = ("import sys\nfrom poad_jax.run import config\n"
               "for path in sys.argv[1:]:\n    config.validate(config.load_config_file(path))\nprint('ok')")
     done = subprocess.run([sys.executable, "-c", script, *map(str, CONFIG_FILES)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)

@@ -23,10 +23,11 @@ import sys
 import numpy as np
 import pytest
 
-from poad_jax import config as config_lib
-from poad_jax import train
-from poad_jax.methods import make_method
-from poad_jax.rollout import StepRecord, merge_episode_states, pack_batch, pack_batch_agreed
+from poad_jax.run import config as config_lib
+from poad_jax.run import train
+from poad_jax.agent.methods import make_method
+from poad_jax.agent.rollout import StepRecord, merge_episode_states
+from poad_jax.agent.experience import pack_batch, pack_batch_agreed
 from test_sharded_training import REPO, records
 from test_sharding_multiprocess import _free_port
 

@@ -17,8 +17,9 @@ import time
 
 import pytest
 
-from poad_jax import checkpoint as checkpoint_lib
-from poad_jax import evaluate, export, train
+from poad_jax.run import checkpoint as checkpoint_lib
+from poad_jax.tools import evaluate, export
+from poad_jax.run import train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

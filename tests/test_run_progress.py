@@ -8,9 +8,9 @@ import pathlib
 import numpy as np
 import pytest
 
-from poad_jax import logging as run_logging
-from poad_jax import train
-from poad_jax.rollout import EpisodeStats, failure_kind, step_summary
+from poad_jax.run import metrics as run_logging
+from poad_jax.run import train
+from poad_jax.agent.rollout import EpisodeStats, failure_kind, step_summary
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -141,7 +141,7 @@ def test_the_bar_keeps_moving_through_a_long_phase(capsys):
     bar with the phase's clock; closing it leaves the statistics without the phase."""
     import time
 
-    from poad_jax.progress import RunProgress
+    from poad_jax.run.progress import RunProgress
 
     progress = RunProgress(total=8, initial=0, description="poad toy", tick_s=0.05)
     progress.show({"ok": "0/0"})
@@ -155,8 +155,8 @@ def test_the_bar_keeps_moving_through_a_long_phase(capsys):
 
 
 def test_actions_cut_off_counts_free_form_actions_that_reached_the_token_limit():
-    from poad_jax import config as config_lib
-    from poad_jax.rollout import StepRecord, actions_cut_off
+    from poad_jax.run import config as config_lib
+    from poad_jax.agent.rollout import StepRecord, actions_cut_off
 
     config = config_lib.rollout_config(train.load_config_file(REPO / "configs" / "toy.py"), (2,))
     limit = config.sampling.max_new_tokens

@@ -14,9 +14,10 @@ import pathlib
 
 import pytest
 
-from poad_jax import checkpoint as checkpoint_lib
-from poad_jax import export, train
-from poad_jax.logging import read_metrics
+from poad_jax.run import checkpoint as checkpoint_lib
+from poad_jax.tools import export
+from poad_jax.run import train
+from poad_jax.run.metrics import read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS_PER_UPDATE = 16  # toy: 4 threads x 4 steps

@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pytest
 
-from poad_jax import study as study_lib
+from poad_jax.tools import study as study_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -412,7 +412,7 @@ def test_a_published_study_still_builds_the_cells_it_ran(name):
     """Its study file and base config still describe the published cells: the workdir is recognised as
     this study's, and every cell's trainer config equals the config.json it ran with (fields added to
     the trainer since count at their defaults), so re-running the study resumes rather than refusing."""
-    from poad_jax import train
+    from poad_jax.run import train
 
     study = study_lib.load_study(REPO / "studies" / f"{name}.py")
     assert study.recorded_in(json.loads((PUBLISHED / name / "study.json").read_text()))

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from poad_jax import evaluate, export, train
-from poad_jax.logging import read_metrics
+from poad_jax.tools import evaluate, export
+from poad_jax.run import train
+from poad_jax.run.metrics import read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

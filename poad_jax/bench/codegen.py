@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 import envs_py
-from poad_jax import train
+from poad_jax.run import train
 from poad_jax.sampling import Sampler, SamplingConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

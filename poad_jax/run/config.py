@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import ml_collections
 
-from poad_jax import layout  # NumPy only
+from poad_jax.core import layout  # NumPy only
 
 DTYPES = ("float32", "bfloat16", "float16")  # model parameters and activations
 MATMUL_DTYPES = ("float32", "bfloat16")  # float32: matmuls in `dtype` (exact)
@@ -98,7 +98,7 @@ def default_config() -> ml_collections.ConfigDict:
     config.system_prompt = ""
     config.max_prompt_tokens = 1024
     # Prompts pad to the next multiple of this many tokens up to 256, then to a coarse
-    # ladder (poad_jax/layout.py); 0: the powers of two 32, 64, 128, 256 (before issue 31).
+    # ladder (poad_jax/core/layout.py); 0: the powers of two 32, 64, 128, 256 (before issue 31).
     config.prompt_bucket_step = layout.PROMPT_BUCKET_STEP
     config.restricted_sampling = "trie"  # trie | action_scores (the paper code's way)
     config.twosome_normalization = "token"  # token | word
@@ -258,19 +258,19 @@ class OneOf:
 
 
 def _methods() -> tuple[str, ...]:
-    from poad_jax.methods import METHODS
+    from poad_jax.agent.methods import METHODS
 
     return tuple(METHODS)
 
 
 def _remat_policies() -> tuple[str, ...]:
-    from poad_jax.models.llama import REMAT_POLICIES
+    from poad_jax.models.config import REMAT_POLICIES
 
     return tuple(REMAT_POLICIES)
 
 
 def _lora_targets() -> tuple[str, ...]:
-    from poad_jax.models.llama import LORA_TARGETS
+    from poad_jax.models.config import LORA_TARGETS
 
     return tuple(LORA_TARGETS)
 
@@ -355,7 +355,7 @@ def field_value(config: ml_collections.ConfigDict, dotted: str) -> Any:
             node = node[part]
         except (KeyError, AttributeError, TypeError):
             raise ConfigError(f"the config has no field {dotted} (start config files from "
-                              "poad_jax.config.default_config())") from None
+                              "poad_jax.run.config.default_config())") from None
     return node
 
 
@@ -502,7 +502,7 @@ def learner_config(config: ml_collections.ConfigDict | None = None, **fields: An
     (`sampling.temperature`) and `critic_kind` (`critic.kind`); `fields`
     replace any (tests and benchmarks: `learner_config(gamma=0.9)`).
     """
-    from poad_jax.learner import LearnerConfig
+    from poad_jax.agent.learner import LearnerConfig
 
     config = default_config() if config is None else config
     return _from_config(LearnerConfig, config, lambda name: _SOURCES.get(name, f"ppo.{name}"), fields)
@@ -526,7 +526,7 @@ def rollout_config(config: ml_collections.ConfigDict | None = None, eos_ids: tup
     `sampling` is `sampling_config(config, eos_ids)` and `prompt_buckets`
     `layout.prompt_buckets(config.prompt_bucket_step)`; `fields` replace any.
     """
-    from poad_jax.rollout import RolloutConfig
+    from poad_jax.agent.rollout import RolloutConfig
 
     config = default_config() if config is None else config
     if "sampling" not in fields:

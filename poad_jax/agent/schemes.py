@@ -28,10 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from poad_jax import backups
-from poad_jax.flops import Pass, SchemePasses, shared_prompt_pass
-from poad_jax.layout import COUNT_BUCKETS, allowed_next_tokens, bucket_size
-from poad_jax.policy import (
+from poad_jax.core import gae
+from poad_jax.core.flops import Pass, SchemePasses, shared_prompt_pass
+from poad_jax.core.layout import COUNT_BUCKETS, allowed_next_tokens, bucket_size
+from poad_jax.core.policy import (
     FrozenBase,
     PolicyGraph,
     action_level_log_policy,
@@ -40,7 +40,7 @@ from poad_jax.policy import (
     candidate_token_logprobs,
 )
 from poad_jax.sampling import action_normalizers
-from poad_jax.token_batch import action_streams, pack_rows, token_streams
+from poad_jax.core.token_batch import action_streams, pack_rows, token_streams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,7 @@ class TokenLevel:
         """Per-thread token streams `[B, T * A]` and their discounts (1 or gamma_w
         inside an action, gamma (1 - done) at its end)."""
         streams = token_streams(batch)
-        streams["discounts"] = backups.action_discounts(
+        streams["discounts"] = gae.action_discounts(
             streams["action_end"], streams["dones"], gamma, self.gamma_w
         )
         return streams
@@ -153,7 +153,7 @@ class ActionLevel:
         """Per-thread action streams `[B, T]`; discount gamma (1 - done) per action,
         times gamma_w**(n_tokens - 1) of the taken action when gamma_w < 1."""
         streams = action_streams(batch)
-        discounts = backups.action_discounts(streams["action_end"], streams["dones"], gamma, 1.0)
+        discounts = gae.action_discounts(streams["action_end"], streams["dones"], gamma, 1.0)
         if self.gamma_w != 1.0:
             discounts = discounts * action_token_discounts(batch, self.gamma_w).reshape(discounts.shape)
         streams["discounts"] = discounts

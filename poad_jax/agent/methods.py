@@ -10,17 +10,17 @@ TWOSOME with `gamma_w < 1` (an ablation, not the paper's TWOSOME) discounts
 each action as if its n tokens were time steps, as NTPO does:
 d = gamma * gamma_w**(n - 1) * (1 - done) at the action's end.
 
-The scheme objects (`poad_jax.schemes`) implement what follows from the
+The scheme objects (`poad_jax.agent.schemes`) implement what follows from the
 "stream element" column: batch layout, packing, streams, log-probs.
 
-All three then run the same token-level GAE scan (`poad_jax.backups`).
+All three then run the same token-level GAE scan (`poad_jax.core.gae`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from poad_jax.schemes import ActionLevel, TokenLevel
+from poad_jax.agent.schemes import ActionLevel, TokenLevel
 
 METHODS = ("poad", "ntpo", "twosome")
 
