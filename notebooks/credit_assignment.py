@@ -86,6 +86,8 @@ if importlib.util.find_spec("poad_jax") is None:  # a checkout that is not pip-i
 import envs_py
 from poad_jax.core import gae as gae_lib
 from poad_jax.run import train
+from poad_jax.run import build
+from poad_jax.run import cli
 from poad_jax.agent.methods import make_method
 from poad_jax.core.policy import ValueHead, action_logprobs, base_features, head_values, split_policy
 from poad_jax.core.token_batch import pack_rows
@@ -121,7 +123,7 @@ print(f"gamma = {GAMMA}, lambda = {LAM}, NTPO gamma_w = {make_method('ntpo', GAM
 env = envs_py.make("toy/decisive_token", **dict(CONFIG.env.kwargs))
 observation = env.reset(seed=0)
 ACTIONS = observation.actions
-_, TOKENIZER = train.load_model(CONFIG)
+_, TOKENIZER = build.load_model(CONFIG)
 ACTION_TOKENS = [TOKENIZER.encode(" " + action) for action in ACTIONS]  # raw prompts: a space before the action
 WORDS = [TOKENIZER.decode([t]).strip() for t in ACTION_TOKENS[0]]
 N_TOKENS = len(WORDS)
@@ -401,7 +403,7 @@ heatmap_grid(
 # %%
 UPDATES = 40
 RUN_DIR = pathlib.Path(tempfile.mkdtemp(prefix="credit_assignment_"))
-train.enable_compilation_cache()  # as the training CLI does: running the notebook again skips most compiling
+cli.enable_compilation_cache()  # as the training CLI does: running the notebook again skips most compiling
 
 
 def train_method(name: str):
@@ -467,7 +469,7 @@ def prompt_tokens(step: int) -> list[int]:
     return TOKENIZER.encode(observation.text)
 
 
-MODEL, _ = train.load_model(CONFIG)  # same seed, same frozen base as the runs
+MODEL, _ = build.load_model(CONFIG)  # same seed, same frozen base as the runs
 GRAPH, FROZEN, PARAMS = split_policy(
     MODEL, ValueHead(MODEL.config.hidden_size, tuple(CONFIG.critic.hidden_sizes), rngs=nnx.Rngs(CONFIG.seed + 1))
 )

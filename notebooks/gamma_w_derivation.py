@@ -40,7 +40,6 @@ if "google.colab" in sys.modules:
 import matplotlib.pyplot as plt
 import numpy as np
 
-from poad_jax.core import gae
 from poad_jax.tools import proofs
 
 np.set_printoptions(precision=4, suppress=True)

@@ -1,6 +1,6 @@
-"""`python -m poad_jax.train`: the command of `poad_jax.run.train` (its docstring tells its flags)."""
+"""`python -m poad_jax.train`: the command of `poad_jax.run.cli` (its docstring tells its flags)."""
 
-from poad_jax.run.train import cli
+from poad_jax.run.cli import cli
 
 if __name__ == "__main__":
     cli()

@@ -14,7 +14,7 @@ import pytest
 
 from poad_jax.run import config as config_lib
 from poad_jax.core import layout
-from poad_jax.run import train
+from poad_jax.run import build, rundir, train
 from poad_jax.agent.learner import LearnerConfig
 from poad_jax.agent.rollout import RolloutConfig
 from poad_jax.sampling import SamplingConfig
@@ -106,7 +106,7 @@ def test_the_prompt_bucket_step_sets_the_rollouts_prompt_buckets():
 
 def test_a_stored_config_without_a_newer_field_converts_with_its_default():
     """Run directories keep `config.json` as written then: a field added since takes its default."""
-    stored = train.config_as_json(config_lib.default_config())
+    stored = rundir.config_as_json(config_lib.default_config())
     del stored["ppo"]["accumulation_steps"], stored["twosome_normalization"], stored["prompt_bucket_step"]
     stored["ppo"]["gamma"] = 0.9
     config = ml_collections.ConfigDict(stored)
@@ -157,7 +157,7 @@ def test_the_trainers_learner_config_is_the_configs(tmp_path, monkeypatch):
         seen["lconfig"] = lconfig
         raise _Stop
 
-    monkeypatch.setattr(train, "make_update_fn", capture_update)
+    monkeypatch.setattr(build, "make_update_fn", capture_update)
     with pytest.raises(_Stop):
         train.run(config, tmp_path / "w", show_progress=False)
     assert dataclasses.asdict(seen["lconfig"]) == expected_learner_fields(config)

@@ -21,6 +21,7 @@ from flax import nnx
 
 import envs_py
 from poad_jax.run import train
+from poad_jax.run import config as config_lib
 from poad_jax.run.config import learner_config, rollout_config
 from poad_jax.agent.learner import compute_advantages, init_train_state, make_update_fn, policy_outputs
 from poad_jax.agent.methods import make_method
@@ -205,7 +206,7 @@ def test_twosome_gamma_w_discounts_each_action_by_its_token_count():
 
 @pytest.mark.parametrize("method_name", ["poad", "ntpo", "twosome"])
 def test_methods_learn_the_decisive_token_task(tmp_path, method_name):
-    config = train.load_config_file(REPO / "configs" / "toy.py")
+    config = config_lib.load_config_file(REPO / "configs" / "toy.py")
     config.method = method_name
     updates = 60 if method_name == "poad" else 25
     config.total_env_steps = config.num_threads * config.rollout_length * updates

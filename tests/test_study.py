@@ -412,7 +412,7 @@ def test_a_published_study_still_builds_the_cells_it_ran(name):
     """Its study file and base config still describe the published cells: the workdir is recognised as
     this study's, and every cell's trainer config equals the config.json it ran with (fields added to
     the trainer since count at their defaults), so re-running the study resumes rather than refusing."""
-    from poad_jax.run import train
+    from poad_jax.run import rundir
 
     study = study_lib.load_study(REPO / "studies" / f"{name}.py")
     assert study.recorded_in(json.loads((PUBLISHED / name / "study.json").read_text()))
@@ -422,7 +422,7 @@ def test_a_published_study_still_builds_the_cells_it_ran(name):
         if not recorded.is_file():  # a cell reused from a sibling study: only a note is kept
             continue
         ran = json.loads(recorded.read_text())
-        refused, safe = train.config_differences(ran, train.config_as_json(study_lib.cell_config(study, cell)))
+        refused, safe = rundir.config_differences(ran, rundir.config_as_json(study_lib.cell_config(study, cell)))
         assert refused == [], (cell.name, refused)
         changed = {field: old for field, (old, _) in safe.items()
                    if old is not None and field not in study_lib.RESUMABLE_FIELDS}  # a first pass ran fewer steps

@@ -24,9 +24,9 @@ import jax
 import numpy as np
 
 import envs_py
-from poad_jax.agent.methods import make_method
 from poad_jax.agent.rollout import RolloutCollector
 from poad_jax.run import best_program
+from poad_jax.run.build import build_method
 from poad_jax.run.config import rollout_config
 from poad_jax.sampling import Sampler
 from poad_jax.tools.export import ExportError, load_trained_actor
@@ -54,7 +54,7 @@ class EvalResult:
 
 def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy: bool, seed: int, max_steps: int) -> EvalResult:
     """Plays `episodes` full episodes (threads in parallel) and averages return and success."""
-    method = make_method(config.method, float(config.ppo.gamma))
+    method = build_method(config)
     rconfig = rollout_config(config, tuple(tokenizer.eos_token_ids))
     sampling = dataclasses.replace(rconfig.sampling, temperature=0.0 if greedy else rconfig.sampling.temperature)
     threads = min(episodes, int(config.num_threads))

@@ -15,7 +15,15 @@ import json
 import pathlib
 import sys
 
+import jax
+import ml_collections
 import numpy as np
+from safetensors.numpy import save_file
+
+from poad_jax.agent.learner import init_train_state
+from poad_jax.core.policy import merge_model
+from poad_jax.run import checkpoint as checkpoint_lib
+from poad_jax.run.build import TrainError, build
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 
@@ -53,16 +61,8 @@ def adapter_config(rank: int, alpha: float, targets: list[str], base_model: str)
 
 
 def load_trained_actor(workdir: pathlib.Path):
-    """(config, model with the trained actor LoRA, tokenizer, train state) of a run directory."""
-    import ml_collections
-    from flax import nnx
-
-    from poad_jax.run import checkpoint as checkpoint_lib
-    from poad_jax.run import train
-    from poad_jax.agent.learner import init_train_state
-    from poad_jax.agent.methods import make_method
-    from poad_jax.core.policy import merge_model, split_policy
-
+    """(config, model with the trained actor LoRA, tokenizer, train state) of a run directory,
+    built from its `config.json` as the trainer builds it (`poad_jax.run.build`)."""
     if not workdir.is_dir():
         raise ExportError(f"no run directory at {workdir}")
     config_path = workdir / "config.json"
@@ -75,15 +75,10 @@ def load_trained_actor(workdir: pathlib.Path):
     if not checkpoint_lib.checkpoint_steps(workdir):
         raise ExportError(f"{workdir} has no checkpoint yet")
     try:
-        model, tokenizer = train.load_model(config)
-    except train.TrainError as error:
+        built = build(config)
+    except TrainError as error:
         raise ExportError(str(error)) from None
-    head = train.build_value_head(model, config, 0)
-    graph, frozen, params = split_policy(model, head)
-    if config.critic.kind == "lora":
-        params["critic_lora"] = train._fresh_critic_lora(model, int(config.seed))
-    make_method(config.method, float(config.ppo.gamma))
-    state = init_train_state(params, train.learner_config(config), __import__("jax").random.key(0))
+    state = init_train_state(built.params, built.learner, jax.random.key(0))  # a template: restored below
     checkpointer = checkpoint_lib.RunCheckpointer(workdir, create=False)  # reads only: writes nothing
     try:
         state, _, _ = checkpointer.restore_newest_intact(state, warn=lambda line: print(line, file=sys.stderr))
@@ -91,7 +86,7 @@ def load_trained_actor(workdir: pathlib.Path):
         raise ExportError(str(error)) from None
     finally:
         checkpointer.close()
-    return config, merge_model(graph, frozen, state.params["actor"]), tokenizer, state
+    return config, merge_model(built.graph, built.frozen, state.params["actor"]), built.tokenizer, state
 
 
 def check_out_dir(out: pathlib.Path) -> None:
@@ -106,8 +101,6 @@ def check_out_dir(out: pathlib.Path) -> None:
 
 
 def export_peft(workdir: str | pathlib.Path, out: str | pathlib.Path) -> pathlib.Path:
-    from safetensors.numpy import save_file
-
     workdir, out = pathlib.Path(workdir), pathlib.Path(out)
     check_out_dir(out)
     config, model, _, _ = load_trained_actor(workdir)

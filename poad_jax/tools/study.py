@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import difflib
 import fcntl
 import importlib
 import itertools
@@ -61,8 +60,6 @@ from poad_jax.run.metrics import read_metrics
 REPO = pathlib.Path(__file__).resolve().parents[2]
 STUDY_FILE = "study.json"
 CELL_FILE = "cell.json"
-# Fields a re-run may change without changing what a cell's checkpoints mean.
-RESUMABLE_FIELDS = ("total_env_steps",)
 
 
 class StudyError(Exception):
@@ -217,22 +214,16 @@ def grid(study: Study) -> list[Cell]:
 
 def _set_field(config: ml_collections.ConfigDict, field: str, value: Any) -> None:
     """config.<field> = value for a dotted field; StudyError (with a hint) if it does not exist."""
-    node = config
-    parts = field.split(".")
-    for i, part in enumerate(parts):
-        keys = list(node.keys()) if isinstance(node, (ml_collections.ConfigDict, dict)) else []
-        if part not in keys:
-            where = ".".join(parts[:i]) or "the config"
-            hint = difflib.get_close_matches(part, keys, n=1)
-            hint = f" (did you mean {'.'.join(parts[:i] + hint[:1])!r}?)" if hint else ""
-            raise StudyError(f"unknown config field {field!r}: {where} has no {part!r}{hint}")
-        if i == len(parts) - 1:
-            try:
-                node[part] = value
-            except (TypeError, ValueError) as error:
-                raise StudyError(f"cannot set {field}={value!r}: {error}") from None
-        else:
-            node = node[part]
+    try:
+        node, last = config_lib.field_parent(config, field)
+    except config_lib.UnknownFieldError as error:
+        hint = f" (did you mean {error.suggestion!r}?)" if error.suggestion else ""
+        raise StudyError(f"unknown config field {field!r}: {error.parent or 'the config'} has no "
+                         f"{error.missing!r}{hint}") from None
+    try:
+        node[last] = value
+    except (TypeError, ValueError) as error:
+        raise StudyError(f"cannot set {field}={value!r}: {error}") from None
 
 
 def cell_config(study: Study, cell: Cell) -> ml_collections.ConfigDict:
@@ -294,21 +285,20 @@ def cell_finished(cell_dir: pathlib.Path, total_env_steps: int) -> bool:
 
 
 def _settings_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The changed cell settings a re-run may not change (`config.RESUMABLE_FIELDS`), as `field: old -> new`."""
     keys = sorted(set(old) | set(new))
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
-            if k not in RESUMABLE_FIELDS and old.get(k) != new.get(k)]
+            if config_lib.resumable_kind(k) is None and old.get(k) != new.get(k)]
 
 
 def _comparable(overrides: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(overrides, sort_keys=True))
 
 
-# Config fields that do not change what a run learns (a reused cell may differ in them).
-OUTPUT_ONLY_FIELDS = ("tensorboard", "plot", "total_env_steps")
-
-
 def _meaning(config_dict: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in config_dict.items() if k not in OUTPUT_ONLY_FIELDS}
+    """A trainer config without the fields whose change leaves every logged number as it was
+    (`config.SAME_NUMBERS`): a reused cell may differ in them."""
+    return {k: v for k, v in config_dict.items() if config_lib.resumable_kind(k) not in config_lib.SAME_NUMBERS}
 
 
 def _with_defaults(recorded: Any, defaults: Any) -> Any:
