@@ -33,7 +33,7 @@ if "google.colab" in sys.modules:
 # This notebook derives, step by step, how the **naive token-level backup**
 # (NTPO, paper Eq. 9-10) departs from the action-level optimum (Eq. 11-12),
 # and why the **Bellman backup with Action Decomposition** (BAD, Eq. 13-14)
-# removes the gap. Every claim is checked numerically with `poad_jax.core.gae`
+# removes the gap. Every claim is checked numerically with `poad_jax.tools.proofs`
 # on small tabular language MDPs.
 
 # %%
@@ -322,7 +322,7 @@ print("regret with gamma_w = gamma_a   :", same_discount[:, 1])
 # | NTPO (Eq. 9-10) | $\gamma_w < 1$ | optimum of the MDP with reward and discount scaled by $\gamma_w^{\lvert a\rvert-1}$ |
 # | BAD (Eq. 13-14) | $1$ | $Q^*, V^*$ exactly |
 #
-# In the streaming form used for training (`gae.action_discounts` +
-# `gae.token_gae`), BAD is the per-token discount $d = 1$ inside an action
+# In the streaming form used for training (`poad_jax.core.gae.action_discounts` +
+# `token_gae`), BAD is the per-token discount $d = 1$ inside an action
 # and $d = \gamma(1 - \text{done})$ at its last token; NTPO puts $\gamma_w$
 # inside too.
