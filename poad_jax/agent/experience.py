@@ -26,9 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from poad_jax.agent.methods import Method
+from poad_jax.agent.methods import ArraysView, Method
 from poad_jax.agent.rollout import RolloutConfig, StepRecord
-from poad_jax.agent.schemes import ArraysView
 from poad_jax.core.layout import bucket_size
 from poad_jax.core.policy import FrozenBase, PolicyGraph, base_features, head_values
 from poad_jax.core.token_batch import TokenBatch, pack_rows

@@ -2,7 +2,7 @@
 
 The whole update is one compiled call (PureJaxRL style), top to bottom:
 
-1. Advantages: the method's credit scheme (`schemes.py`) lays the rollout's
+1. Advantages: the method's credit scheme (`methods.py`) lays the rollout's
    behaviour values and rewards out as per-thread streams (one element per
    action token for POAD/NTPO, one per action for TWOSOME) with their
    discounts, and `gae.token_gae` runs one reverse scan.

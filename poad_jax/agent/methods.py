@@ -1,4 +1,4 @@
-"""POAD, NTPO and TWOSOME: which discounts, and what one stream element is.
+"""POAD, NTPO and TWOSOME: which discounts, what one stream element is, and all that follows.
 
 | method  | stream element      | discount inside an action | at an action's end |
 |---------|---------------------|---------------------------|--------------------|
@@ -10,17 +10,243 @@ TWOSOME with `gamma_w < 1` (an ablation, not the paper's TWOSOME) discounts
 each action as if its n tokens were time steps, as NTPO does:
 d = gamma * gamma_w**(n - 1) * (1 - done) at the action's end.
 
-The scheme objects (`poad_jax.agent.schemes`) implement what follows from the
-"stream element" column: batch layout, packing, streams, log-probs.
+All three run the same token-level GAE scan (`poad_jax.core.gae`).  Everything
+a method decides lives in this module: the table above (`make_method`) and the
+credit schemes behind it.
 
-All three then run the same token-level GAE scan (`poad_jax.core.gae`).
+Credit schemes: two schemes serve the three methods (`make_method` maps a
+method to its scheme and discount):
+
+- `TokenLevel` (POAD, NTPO): a stream element is one action token.  A batch
+  row is `prompt + chosen action` `[N, P + A]`; the policy is the token
+  distribution the sampler drew from (restricted to the trie of valid actions
+  where there is one); the critic reads V(o, w^{<j}) at every action token.
+- `ActionLevel` (TWOSOME): a stream element is one whole action.  A batch
+  row carries every candidate action of the state `[N, K, P + A]`; the policy
+  is the softmax over candidates of their normalised summed token log-probs;
+  the critic reads V(o).
+
+Each scheme owns its batch layout (`pack`), the streams and discounts of the
+backups (`streams`), the rows' valid elements (`valid`), its log-prob and
+entropy computation (`policy`) and its critic input (`critic_features`).  The
+learner and the behaviour pass call these and never branch on the method.
+Every method is jit-traceable; `pack` runs on the host (NumPy).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from poad_jax.agent.schemes import ActionLevel, TokenLevel
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from poad_jax.core import gae
+from poad_jax.core.flops import Pass, SchemePasses, shared_prompt_pass
+from poad_jax.core.layout import COUNT_BUCKETS, allowed_next_tokens, bucket_size
+from poad_jax.core.policy import (
+    FrozenBase,
+    PolicyGraph,
+    action_level_log_policy,
+    action_logprobs,
+    base_features,
+    candidate_token_logprobs,
+)
+from poad_jax.core.token_batch import action_streams, pack_rows, token_streams
+from poad_jax.sampling import action_normalizers
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenLevel:
+    """POAD (gamma_w = 1, BAD) and NTPO (gamma_w < 1): one stream element per action token.
+
+    Attributes:
+      gamma_w: the discount between two tokens of one action.
+    """
+
+    gamma_w: float = 1.0
+    token_level = True  # class attribute (for readers and notebooks), not a field
+    scores_candidates = False  # restricted actions are sampled token by token (trie)
+
+    def pack(self, rows, prompt_len: int, config, pad_id: int) -> dict[str, np.ndarray]:
+        """tokens/positions/key_mask `[N, P + A]`, action_mask `[N, A]` and, for
+        trie-sampled restricted actions, the trie's allowed tokens `[N, A, M]`."""
+        action_len = bucket_size(max(len(r.action_tokens) for r in rows), config.action_buckets)
+        arrays = pack_rows([r.prompt for r in rows], [r.action_tokens for r in rows], prompt_len, action_len, pad_id)
+        constrained = rows[0].candidates is not None and config.restricted_sampling == "trie"
+        width = bucket_size(max(len(r.candidates) for r in rows), COUNT_BUCKETS) if constrained else 1
+        allowed_tokens = np.zeros((len(rows), action_len, width), np.int32)
+        allowed_mask = np.zeros((len(rows), action_len, width), bool)
+        if constrained:
+            for n, r in enumerate(rows):
+                allowed_tokens[n], allowed_mask[n] = allowed_next_tokens(
+                    r.action_tokens, r.candidates, action_len, width
+                )
+        arrays.update(allowed_tokens=allowed_tokens, allowed_mask=allowed_mask)
+        return arrays
+
+    def streams(self, batch, gamma: float) -> dict[str, jax.Array]:
+        """Per-thread token streams `[B, T * A]` and their discounts (1 or gamma_w
+        inside an action, gamma (1 - done) at its end)."""
+        streams = token_streams(batch)
+        streams["discounts"] = gae.action_discounts(
+            streams["action_end"], streams["dones"], gamma, self.gamma_w
+        )
+        return streams
+
+    def valid(self, batch) -> jax.Array:
+        """`[N, A]`: the real action tokens."""
+        return batch.action_mask
+
+    def policy(self, graph: PolicyGraph, frozen: FrozenBase, actor_lora, batch, temperature: float):
+        """(log pi(w_j), entropy) `[N, A]` of softmax(logits / T), trie-restricted where constrained."""
+        return action_logprobs(
+            graph, frozen, actor_lora, batch.tokens, batch.positions, batch.key_mask, batch.prompt_len,
+            temperature, batch.allowed_tokens, batch.allowed_mask,
+        )
+
+    def passes(self, tokens_shape, action_len: int) -> SchemePasses:
+        """The decoder passes `policy` and `critic_features` run over a batch `[N, P + A]`:
+        both over every row; the policy's logits at the A action columns; N A values."""
+        rows, length = tokens_shape
+        return SchemePasses(Pass(rows, length, action_len), Pass(rows, length), rows * action_len)
+
+    def critic_features(self, graph: PolicyGraph, frozen: FrozenBase, lora, batch, use_lora: bool) -> jax.Array:
+        """`[N, A, H]`: hidden states before each action token, V(o, w^{<j})'s input."""
+        return base_features(
+            graph, frozen, lora, batch.tokens, batch.positions, batch.key_mask, batch.prompt_len, use_lora=use_lora
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionLevel:
+    """TWOSOME: one stream element per action, the policy a softmax over the candidates.
+
+    Attributes:
+      gamma_w: 1 for the paper's TWOSOME; below 1, an action of n tokens is
+        discounted by an extra gamma_w**(n - 1) (an ablation).
+      share_prompt: encode each state's prompt once and let every candidate
+        attend to it (True), or run each candidate as its own prompt + action
+        row (False, the reference computation; K times the prompt's cost).
+    """
+
+    gamma_w: float = 1.0
+    share_prompt: bool = True
+    token_level = False
+    scores_candidates = True  # acts by scoring every valid action (needs a restricted action set)
+
+    def pack(self, rows, prompt_len: int, config, pad_id: int) -> dict[str, np.ndarray]:
+        """tokens/positions/key_mask `[N, K, P + A]` (K = most candidates of a
+        state, rounded up to a bucket so the compiled passes are reused;
+        padding candidates repeat the last one and are masked out),
+        action_mask `[N, K, A]`, chosen `[N]`, candidate_mask and normalizer `[N, K]`."""
+        num_candidates = bucket_size(max(len(r.candidates) for r in rows), COUNT_BUCKETS)
+        action_len = bucket_size(max(len(c) for r in rows for c in r.candidates), config.action_buckets)
+        prompts, actions = [], []
+        candidate_mask = np.zeros((len(rows), num_candidates), bool)
+        normalizer = np.ones((len(rows), num_candidates), np.float32)
+        for n, r in enumerate(rows):
+            for k in range(num_candidates):
+                prompts.append(r.prompt)
+                actions.append(r.candidates[min(k, len(r.candidates) - 1)])
+            candidate_mask[n, : len(r.candidates)] = True
+            normalizer[n, : len(r.candidates)] = action_normalizers(
+                r.candidates, r.candidate_texts, config.twosome_normalization
+            )
+        flat = pack_rows(prompts, actions, prompt_len, action_len, pad_id)
+        arrays = {key: value.reshape(len(rows), num_candidates, -1) for key, value in flat.items()}
+        arrays.update(
+            chosen=np.array([r.chosen for r in rows], np.int32),
+            candidate_mask=candidate_mask,
+            normalizer=normalizer,
+        )
+        return arrays
+
+    def streams(self, batch, gamma: float) -> dict[str, jax.Array]:
+        """Per-thread action streams `[B, T]`; discount gamma (1 - done) per action,
+        times gamma_w**(n_tokens - 1) of the taken action when gamma_w < 1."""
+        streams = action_streams(batch)
+        discounts = gae.action_discounts(streams["action_end"], streams["dones"], gamma, 1.0)
+        if self.gamma_w != 1.0:
+            discounts = discounts * action_token_discounts(batch, self.gamma_w).reshape(discounts.shape)
+        streams["discounts"] = discounts
+        return streams
+
+    def valid(self, batch) -> jax.Array:
+        """`[N]`: every row is one real action."""
+        return jnp.ones(batch.rewards.shape, bool)
+
+    def policy(self, graph: PolicyGraph, frozen: FrozenBase, actor_lora, batch, temperature: float):
+        """(log pi(chosen action), entropy over the candidates) `[N]`.  The
+        candidates' token log-probs are taken at temperature 1 (TWOSOME scores
+        actions by their likelihood; the sampler does the same)."""
+        del temperature
+        token_logprobs = candidate_token_logprobs(
+            graph, frozen, actor_lora, batch.tokens, batch.positions, batch.key_mask, batch.prompt_len,
+            self.share_prompt,
+        )
+        log_pi = action_level_log_policy(token_logprobs, batch.action_mask, batch.normalizer, batch.candidate_mask)
+        logprobs = jnp.take_along_axis(log_pi, batch.chosen[:, None], axis=-1)[:, 0]
+        entropy = -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)
+        return logprobs, entropy
+
+    def passes(self, tokens_shape, action_len: int) -> SchemePasses:
+        """The decoder passes `policy` and `critic_features` run over a batch `[N, K, P + A]`.
+        Policy, prompt shared: `flops.shared_prompt_pass`; per candidate: N K rows of P + A with
+        logits at the A action columns.  Critic: candidate 0's row; N values."""
+        rows, candidates, length = tokens_shape
+        if self.share_prompt:
+            policy = shared_prompt_pass(rows, length - action_len, candidates, action_len)
+        else:
+            policy = Pass(rows * candidates, length, action_len)
+        return SchemePasses(policy, Pass(rows, length), rows)
+
+    def critic_features(self, graph: PolicyGraph, frozen: FrozenBase, lora, batch, use_lora: bool) -> jax.Array:
+        """`[N, H]`: the hidden state at the prompt's last token, V(o)'s input."""
+        return base_features(
+            graph, frozen, lora, batch.tokens[:, 0], batch.positions[:, 0], batch.key_mask[:, 0],
+            batch.prompt_len, use_lora=use_lora,
+        )[:, 0]
+
+
+def action_token_discounts(batch, gamma_w: float) -> jax.Array:
+    """`[N]` extra discount of each taken action, counting its tokens as steps:
+
+        gamma_w ** (n_tokens(chosen action) - 1)
+
+    (action level only; 1 for every action when gamma_w = 1).
+    """
+    lengths = batch.action_mask.sum(-1)  # [N, K]
+    chosen_length = jnp.take_along_axis(lengths, batch.chosen[:, None], axis=1)[:, 0]
+    return jnp.asarray(gamma_w, jnp.float32) ** jnp.maximum(chosen_length - 1, 0).astype(jnp.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraysView:
+    """Attribute access to a packed batch's arrays (a dict), with the
+    TokenBatch's derived shapes: lets a scheme read the behaviour pass's
+    arrays and a TokenBatch alike."""
+
+    arrays: Any
+
+    def __getattr__(self, name: str):
+        try:
+            return self.arrays[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def action_len(self) -> int:
+        return self.arrays["action_mask"].shape[-1]
+
+    @property
+    def prompt_len(self) -> int:
+        return self.arrays["tokens"].shape[-1] - self.action_len
+
+
+# ---------------------------------------------------------------------------
+# The methods.
 
 METHODS = ("poad", "ntpo", "twosome")
 
@@ -55,14 +281,14 @@ class Method:
 
     @property
     def share_prompt(self) -> bool:
-        """Action level: each state's prompt encoded once (see `schemes.ActionLevel`)."""
+        """Action level: each state's prompt encoded once (see `ActionLevel`)."""
         return getattr(self.scheme, "share_prompt", True)
 
 
 def make_method(name: str, gamma: float, gamma_w: float | None = None, share_prompt: bool = True) -> Method:
     """The method `name`; `gamma_w` overrides NTPO's intra-action discount (default gamma)
     and TWOSOME's per-token discount of an action (default 1; POAD's is always 1).
-    `share_prompt=False` gives TWOSOME's per-candidate computation (`schemes.ActionLevel`)."""
+    `share_prompt=False` gives TWOSOME's per-candidate computation (`ActionLevel`)."""
     if name == "poad":
         return Method("poad", TokenLevel(gamma_w=1.0))
     if name == "ntpo":

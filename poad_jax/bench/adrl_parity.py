@@ -121,7 +121,7 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
 
     from poad_jax.run.config import default_config, rollout_config
     from poad_jax.agent.rollout import StepRecord
-    from poad_jax.agent.schemes import ArraysView
+    from poad_jax.agent.methods import ArraysView
     from poad_jax.core.token_batch import TokenBatch
 
     meta = case["meta"]

@@ -53,7 +53,7 @@ class TokenBatch:
         optimisation).  Token level; else None.
 
     Which fields a batch has, and what they mean, is the method's credit
-    scheme's (`poad_jax.agent.schemes`): it packs them and reads them.
+    scheme's (`poad_jax.agent.methods`): it packs them and reads them.
     """
 
     tokens: jax.Array
