@@ -13,7 +13,9 @@ The path of one batch from the rollout to the learner:
    the critic's features and values, and the bootstrap values, so that
    PPO's first ratio is exactly 1;
 3. `make_token_batch`: arrays and statistics as the `TokenBatch` the
-   learner's update takes.
+   learner's update takes.  The behaviour pass itself reads the packed
+   arrays as a `TokenBatch` too (its behaviour fields None), so a scheme
+   reads one form of batch everywhere.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from poad_jax.agent.methods import ArraysView, Method
+from poad_jax.agent.methods import Method
 from poad_jax.agent.rollout import RolloutConfig, StepRecord
 from poad_jax.core.layout import bucket_size
 from poad_jax.core.policy import FrozenBase, PolicyGraph, base_features, head_values
@@ -126,7 +128,7 @@ def behaviour_statistics(
     PPO ratio of an update is exactly 1.
     """
     scheme = method.scheme
-    batch = ArraysView(arrays)
+    batch = make_token_batch(arrays)  # the packed batch, before its behaviour statistics
     critic_lora = params.get("critic_lora", params["actor"])
     use_critic_lora = critic_kind == "lora"
     old_logprobs, _ = scheme.policy(graph, frozen, params["actor"], batch, temperature)
@@ -145,20 +147,14 @@ def behaviour_statistics(
     }
 
 
-def make_token_batch(arrays: dict[str, np.ndarray], stats: dict[str, jax.Array]) -> TokenBatch:
-    """The TokenBatch of packed arrays and their behaviour statistics; the fields
-    of the other scheme's layout (absent from `arrays`) are None."""
-    optional = ("chosen", "candidate_mask", "normalizer", "allowed_tokens", "allowed_mask")
-    return TokenBatch(
-        tokens=jnp.asarray(arrays["tokens"]),
-        positions=jnp.asarray(arrays["positions"]),
-        key_mask=jnp.asarray(arrays["key_mask"]),
-        action_mask=jnp.asarray(arrays["action_mask"]),
-        rewards=jnp.asarray(arrays["rewards"]),
-        dones=jnp.asarray(arrays["dones"]),
-        old_logprobs=stats["old_logprobs"],
-        old_values=stats["old_values"],
-        features=stats["features"],
-        bootstrap_value=stats["bootstrap_value"],
-        **{name: jnp.asarray(arrays[name]) if name in arrays else None for name in optional},
-    )
+BEHAVIOUR_FIELDS = ("old_logprobs", "old_values", "features", "bootstrap_value")
+
+
+def make_token_batch(arrays: dict[str, np.ndarray], stats: dict[str, jax.Array] | None = None) -> TokenBatch:
+    """The TokenBatch of packed arrays and their behaviour statistics (`behaviour_statistics`).
+    Without `stats` (the behaviour pass itself reads the packed batch) the behaviour fields
+    are None; so are the fields of the other scheme's layout (absent from `arrays`)."""
+    arrays_fields = [f.name for f in dataclasses.fields(TokenBatch) if f.name not in BEHAVIOUR_FIELDS]
+    stats = {} if stats is None else stats
+    return TokenBatch(**{name: jnp.asarray(arrays[name]) if name in arrays else None for name in arrays_fields},
+                      **{name: stats.get(name) for name in BEHAVIOUR_FIELDS})

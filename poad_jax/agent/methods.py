@@ -36,7 +36,6 @@ Every method is jit-traceable; `pack` runs on the host (NumPy).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -220,29 +219,6 @@ def action_token_discounts(batch, gamma_w: float) -> jax.Array:
     lengths = batch.action_mask.sum(-1)  # [N, K]
     chosen_length = jnp.take_along_axis(lengths, batch.chosen[:, None], axis=1)[:, 0]
     return jnp.asarray(gamma_w, jnp.float32) ** jnp.maximum(chosen_length - 1, 0).astype(jnp.float32)
-
-
-@dataclasses.dataclass(frozen=True)
-class ArraysView:
-    """Attribute access to a packed batch's arrays (a dict), with the
-    TokenBatch's derived shapes: lets a scheme read the behaviour pass's
-    arrays and a TokenBatch alike."""
-
-    arrays: Any
-
-    def __getattr__(self, name: str):
-        try:
-            return self.arrays[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    @property
-    def action_len(self) -> int:
-        return self.arrays["action_mask"].shape[-1]
-
-    @property
-    def prompt_len(self) -> int:
-        return self.arrays["tokens"].shape[-1] - self.action_len
 
 
 # ---------------------------------------------------------------------------

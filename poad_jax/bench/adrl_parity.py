@@ -121,7 +121,7 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
 
     from poad_jax.run.config import default_config, rollout_config
     from poad_jax.agent.rollout import StepRecord
-    from poad_jax.agent.methods import ArraysView
+    from poad_jax.agent.experience import make_token_batch
     from poad_jax.core.token_batch import TokenBatch
 
     meta = case["meta"]
@@ -143,7 +143,7 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
     prompt_len = max(len(r.prompt) for r in rows)
     arrays = method.scheme.pack(rows, prompt_len, rconfig, pad_id=0)
     as_jax = {k: jnp.asarray(v) for k, v in arrays.items()}
-    view = ArraysView(as_jax)
+    view = make_token_batch(as_jax)  # the packed rows, without behaviour statistics
     features = method.scheme.critic_features(graph, frozen, actor_lora, view, use_lora=False)
     action_len = arrays["action_mask"].shape[-1]
 
