@@ -472,3 +472,9 @@ def test_a_first_pass_trains_every_cell_up_to_n_env_steps_and_a_rerun_continues_
         assert scheduler.cell_finished(cell, 32)
     bad = run_cli(f"--study={study_file}", f"--workdir={workdir}", "--up-to=0")
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --up-to must be >= 1 env step, got 0"
+
+
+def test_a_study_file_naming_the_theory_module_where_it_was_still_reports():
+    """Study files written before the package's layers name `poad_jax.theory`; it is `poad_jax.tools.theory` now."""
+    old = report._theory_fn("poad_jax.theory:save_or_take_optimum")
+    assert old is report._theory_fn("poad_jax.tools.theory:save_or_take_optimum") is not None

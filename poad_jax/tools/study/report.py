@@ -71,10 +71,16 @@ def mean_std(values: list[float]) -> tuple[float, float, int]:
     return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.0, len(array)
 
 
+# A study file's `report.theory` names "module:function"; study files written before the
+# package's layers name the module where it was then.
+MOVED_THEORY_MODULES = {"poad_jax.theory": "poad_jax.tools.theory"}
+
+
 def _theory_fn(spec: str | None):
     if not spec:
         return None
     module_name, _, attr = spec.partition(":")
+    module_name = MOVED_THEORY_MODULES.get(module_name, module_name)
     return getattr(importlib.import_module(module_name), attr)
 
 
