@@ -26,7 +26,8 @@ import pytest
 from poad_jax.run import config as config_lib
 from poad_jax.run import resume
 from poad_jax.agent.methods import make_method
-from poad_jax.agent.rollout import StepRecord, merge_episode_states
+from poad_jax.agent.episodes import merge_episode_states
+from poad_jax.agent.rollout import StepRecord
 from poad_jax.agent.experience import pack_batch, pack_batch_agreed
 from test_sharded_training import REPO, records
 from test_sharding_multiprocess import _free_port

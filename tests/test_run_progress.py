@@ -12,7 +12,7 @@ from poad_jax.run import metrics as run_logging
 from poad_jax.run import train
 from poad_jax.run import cli
 from poad_jax.run import config as config_lib
-from poad_jax.agent.rollout import EpisodeStats, failure_kind, step_summary
+from poad_jax.agent.episodes import EpisodeStats, failure_kind, step_summary
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

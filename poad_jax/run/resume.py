@@ -20,7 +20,8 @@ import numpy as np
 
 import envs_py
 from poad_jax.agent.learner import TrainState
-from poad_jax.agent.rollout import EpisodeStats, RolloutCollector, merge_episode_states
+from poad_jax.agent.episodes import EpisodeStats, merge_episode_states
+from poad_jax.agent.rollout import RolloutCollector
 from poad_jax.parallel import hosts
 from poad_jax.run import checkpoint as checkpoint_lib
 from poad_jax.run import metrics as run_logging

@@ -37,7 +37,8 @@ import ml_collections
 import envs_py
 from poad_jax.agent.experience import behaviour_statistics, make_token_batch
 from poad_jax.agent.methods import Method
-from poad_jax.agent.rollout import RolloutCollector, StepRecord, actions_cut_off, episode_summary, step_summary
+from poad_jax.agent.episodes import episode_summary, step_summary
+from poad_jax.agent.rollout import RolloutCollector, StepRecord, actions_cut_off
 from poad_jax.core import flops as flops_lib
 from poad_jax.core.token_batch import TokenBatch
 from poad_jax.parallel import hosts
