@@ -10,7 +10,7 @@ configs/datasci_qwen.py the preset of studies/datasci_qwen.py.  Paper scale
 (a GPU): --config.num_threads=4 --config.rollout_length=8 --config.total_env_steps=10000.
 """
 
-from poad_jax import config as poad_config
+from poad_jax.run import config as poad_config
 
 
 def get_config():
@@ -25,7 +25,7 @@ def get_config():
                              allow_unsandboxed=False)
     config.env.vector_mode = "threads"  # a step waits on the sandbox subprocess
     config.prompt_format = "chat"
-    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/config.py; "float32" for exact matmuls
+    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/run/config.py; "float32" for exact matmuls
     # One generation call samples every thread's program at once, and on a CPU its time hardly grows
     # with the threads (decoding is memory-bound): 8 programs in one call took 110 s, where 4 x 4
     # took four calls, 356 s, for 16 (README, "The default job").

@@ -8,7 +8,7 @@ Kept as the study ran it, so that its published cells stay resumable
 
 import pathlib
 
-from poad_jax import config as poad_config
+from poad_jax.run import config as poad_config
 
 
 def get_config():

@@ -9,7 +9,7 @@ reward.  This was the default job before the code model became it.
 
 import pathlib
 
-from poad_jax import config as poad_config
+from poad_jax.run import config as poad_config
 
 
 def get_config():

@@ -3,7 +3,7 @@
 Other task: --config.env.name=overcooked/tomato_lettuce_salad
 """
 
-from poad_jax import config as poad_config
+from poad_jax.run import config as poad_config
 
 
 def get_config():
@@ -18,5 +18,5 @@ def get_config():
     config.ppo.gamma = 0.99
     config.ppo.actor_lr = 5e-7
     config.ppo.critic_lr = 1e-5
-    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/config.py; "float32" for exact matmuls
+    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/run/config.py; "float32" for exact matmuls
     return config

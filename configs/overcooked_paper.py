@@ -23,7 +23,7 @@ cell, too long for a 2-core CPU.
 
 import pathlib
 
-from poad_jax import config as poad_config
+from poad_jax.run import config as poad_config
 
 # Per-method PPO settings of the authors' scripts (sources in the table above).
 PAPER_METHODS = {

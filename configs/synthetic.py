@@ -6,7 +6,7 @@ decides the reward.  The studies in `studies/` vary the method, gamma_w and
 the action length over this config.
 """
 
-from poad_jax import config as poad_config
+from poad_jax.run import config as poad_config
 
 
 def get_config():

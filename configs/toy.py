@@ -1,6 +1,6 @@
 """Toy decisive-token task with a tiny random model: a seconds-long smoke run of the whole pipeline."""
 
-from poad_jax import config as poad_config
+from poad_jax.run import config as poad_config
 
 
 def get_config():

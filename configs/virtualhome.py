@@ -4,7 +4,7 @@ Other tasks: --config.env.name=virtualhome/entertainment (and the
 generalisation variants, for evaluation).
 """
 
-from poad_jax import config as poad_config
+from poad_jax.run import config as poad_config
 
 
 def get_config():
@@ -19,5 +19,5 @@ def get_config():
     config.ppo.gamma = 0.95
     config.ppo.actor_lr = 1e-6
     config.ppo.critic_lr = 5e-5
-    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/config.py; "float32" for exact matmuls
+    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/run/config.py; "float32" for exact matmuls
     return config

@@ -45,7 +45,7 @@ configs/virtualhome.py (the authors' ran float16 on a GPU).
 
 import pathlib
 
-from poad_jax import config as poad_config
+from poad_jax.run import config as poad_config
 
 # Per-method PPO settings of the authors' scripts (sources in the table above).
 PAPER_METHODS = {

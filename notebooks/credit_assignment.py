@@ -46,10 +46,10 @@ if "google.colab" in sys.modules:
 # Plan:
 # 1. the toy task and its tokens;
 # 2. the three backups written as one token-level GAE scan with different
-#    per-token discounts (`poad_jax.backups`);
+#    per-token discounts (`poad_jax.core.gae`);
 # 3. the **exact** critic of each backup (a converged critic), and the
 #    per-token advantages it produces: heatmaps;
-# 4. **training** the three methods with `poad_jax.train.run` (tiny random
+# 4. **training** the three methods with `poad_jax.run.train.run` (tiny random
 #    model) and their learning curves;
 # 5. critics **learned** with each backup on the model's features, and the
 #    same heatmaps.
@@ -84,10 +84,13 @@ if importlib.util.find_spec("poad_jax") is None:  # a checkout that is not pip-i
     sys.path.insert(0, str(REPO))
 
 import envs_py
-from poad_jax import backups, train
-from poad_jax.methods import make_method
-from poad_jax.policy import ValueHead, action_logprobs, base_features, head_values, split_policy
-from poad_jax.token_batch import pack_rows
+from poad_jax.core import gae as gae_lib
+from poad_jax.run import train
+from poad_jax.run import build
+from poad_jax.run import cli
+from poad_jax.agent.methods import make_method
+from poad_jax.core.policy import ValueHead, action_logprobs, base_features, head_values, split_policy
+from poad_jax.core.token_batch import pack_rows
 
 np.set_printoptions(precision=3, suppress=True)
 
@@ -120,7 +123,7 @@ print(f"gamma = {GAMMA}, lambda = {LAM}, NTPO gamma_w = {make_method('ntpo', GAM
 env = envs_py.make("toy/decisive_token", **dict(CONFIG.env.kwargs))
 observation = env.reset(seed=0)
 ACTIONS = observation.actions
-_, TOKENIZER = train.load_model(CONFIG)
+_, TOKENIZER = build.load_model(CONFIG)
 ACTION_TOKENS = [TOKENIZER.encode(" " + action) for action in ACTIONS]  # raw prompts: a space before the action
 WORDS = [TOKENIZER.decode([t]).strip() for t in ACTION_TOKENS[0]]
 N_TOKENS = len(WORDS)
@@ -151,7 +154,7 @@ assert REWARDS.tolist() == [float(c == "blue") for c in COLOURS]
 #
 # $$\delta_j = r_j + d_j\, V_{j+1} - V_j, \qquad A_j = \delta_j + d_j\,\lambda\, A_{j+1}, \qquad R_j = A_j + V_j,$$
 #
-# a single reverse scan (`backups.token_gae`). The methods differ only in
+# a single reverse scan (`gae_lib.token_gae`). The methods differ only in
 # $d_j$ and in what one stream element is:
 #
 # * **BAD** (POAD): inside an action, no reward and no discount; at its end,
@@ -184,7 +187,7 @@ def episode_streams(method_name: str) -> dict[str, np.ndarray]:
             rewards[row, last] = REWARDS[action]
             action_end[row, last] = True
         done[row, -1] = True
-    discounts = backups.action_discounts(action_end, done, GAMMA, method.gamma_w if method.token_level else 1.0)
+    discounts = gae_lib.action_discounts(action_end, done, GAMMA, method.gamma_w if method.token_level else 1.0)
     return dict(rewards=rewards, action_end=action_end, done=done, discounts=np.asarray(discounts), width=width)
 
 
@@ -214,7 +217,7 @@ for name in METHODS:
 # %%
 def discounted_returns(streams) -> np.ndarray:
     zeros = np.zeros_like(streams["rewards"])
-    returns, _ = backups.token_gae(
+    returns, _ = gae_lib.token_gae(
         streams["rewards"], zeros, streams["discounts"], np.ones_like(zeros, bool), zeros[:, 0], 1.0
     )
     return np.asarray(returns)
@@ -258,7 +261,7 @@ def step_one_advantages(method_name: str, values: np.ndarray, policy: np.ndarray
     """
     streams = episode_streams(method_name)
     valid = np.ones_like(streams["rewards"], bool)
-    advantages, _ = backups.token_gae(
+    advantages, _ = gae_lib.token_gae(
         streams["rewards"], values, streams["discounts"], valid, np.zeros(len(EPISODES), np.float32), lam
     )
     advantages = np.asarray(advantages).reshape(len(ACTIONS), len(ACTIONS), -1)
@@ -386,7 +389,7 @@ heatmap_grid(
 # %% [markdown]
 # ## 4. Training the three methods
 #
-# Now learn everything: `poad_jax.train.run` with `configs/toy.py` (a random
+# Now learn everything: `poad_jax.run.train.run` with `configs/toy.py` (a random
 # 2-layer LLaMA with a word tokenizer, a LoRA actor, an MLP critic head over
 # the frozen base's hidden states), 4 threads x 4 steps = 16 env steps per
 # update. POAD and NTPO decode token by token, constrained by the trie of
@@ -400,7 +403,7 @@ heatmap_grid(
 # %%
 UPDATES = 40
 RUN_DIR = pathlib.Path(tempfile.mkdtemp(prefix="credit_assignment_"))
-train.enable_compilation_cache()  # as the training CLI does: running the notebook again skips most compiling
+cli.enable_compilation_cache()  # as the training CLI does: running the notebook again skips most compiling
 
 
 def train_method(name: str):
@@ -466,7 +469,7 @@ def prompt_tokens(step: int) -> list[int]:
     return TOKENIZER.encode(observation.text)
 
 
-MODEL, _ = train.load_model(CONFIG)  # same seed, same frozen base as the runs
+MODEL, _ = build.load_model(CONFIG)  # same seed, same frozen base as the runs
 GRAPH, FROZEN, PARAMS = split_policy(
     MODEL, ValueHead(MODEL.config.hidden_size, tuple(CONFIG.critic.hidden_sizes), rngs=nnx.Rngs(CONFIG.seed + 1))
 )
@@ -543,7 +546,7 @@ def fit_critic(name: str, policy: np.ndarray, steps: int = 400, learning_rate: f
 
     def loss_fn(state):
         values = stream_values(name, nnx.merge(head_graph, state)(FEATURES))
-        _, returns = backups.token_gae(
+        _, returns = gae_lib.token_gae(
             streams["rewards"], jax.lax.stop_gradient(values), streams["discounts"], valid, episode_over, LAM
         )
         return 0.5 * jnp.sum(weights * (values - returns) ** 2) / values.shape[1]

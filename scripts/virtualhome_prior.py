@@ -31,7 +31,7 @@ import sys
 import numpy as np
 
 from envs_py.virtualhome.env import VirtualHomeEnv
-from poad_jax.export import ExportError, load_trained_actor
+from poad_jax.tools.export import ExportError, load_trained_actor
 from poad_jax.models.loading import load
 from poad_jax.sampling import Sampler
 

@@ -22,5 +22,5 @@ def get_study():
     }
     study["seeds"] = (0, 1, 2, 3, 4)
     study["report"] = {"metric": "episode_return", "smoothing": 5, "threshold": 3.5,
-                    "facet": "env.kwargs.action_length", "theory": "poad_jax.theory:save_or_take_optimum"}
+                    "facet": "env.kwargs.action_length", "theory": "poad_jax.tools.theory:save_or_take_optimum"}
     return study

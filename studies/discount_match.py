@@ -24,5 +24,5 @@ def get_study():
     }
     study["seeds"] = (0, 1, 2, 3, 4)
     study["report"] = {"metric": "episode_return", "smoothing": 5, "threshold": 3.5,
-                    "theory": "poad_jax.theory:save_or_take_optimum"}
+                    "theory": "poad_jax.tools.theory:save_or_take_optimum"}
     return study

@@ -29,6 +29,6 @@ def get_study():
     study["report"] = {
         "metric": "episode_return", "smoothing": 5, "threshold": 3.5,
         "facet": "env.kwargs.action_length", "heatmap": ("variant", "env.kwargs.action_length"),
-        "theory": "poad_jax.theory:save_or_take_optimum",
+        "theory": "poad_jax.tools.theory:save_or_take_optimum",
     }
     return study

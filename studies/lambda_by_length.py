@@ -1,6 +1,6 @@
 """Why long actions hurt POAD here: GAE's lambda is applied per token.
 
-Token-level GAE (`backups.token_gae`, as in the authors' code) multiplies by
+Token-level GAE (`gae.token_gae`, as in the authors' code) multiplies by
 lambda at every token, so one n-token action carries lambda**n of the
 advantage from what follows, and the rest comes from the critic's estimate.
 TWOSOME's action-level GAE multiplies by lambda once per action.  This study
@@ -27,5 +27,5 @@ def get_study():
         },
         "seeds": (0, 1, 2, 3, 4),
         "report": {"metric": "episode_return", "smoothing": 5, "threshold": 3.5,
-                   "facet": "env.kwargs.action_length", "theory": "poad_jax.theory:save_or_take_optimum"},
+                   "facet": "env.kwargs.action_length", "theory": "poad_jax.tools.theory:save_or_take_optimum"},
     }

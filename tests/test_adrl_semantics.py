@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from poad_jax import config as config_lib
-from poad_jax import losses
-from poad_jax.policy import ValueHead
-from poad_jax.rollout import EpisodeStats, episode_summary
+from poad_jax.run import config as config_lib
+from poad_jax.core import losses
+from poad_jax.core.policy import ValueHead
+from poad_jax.agent.episodes import EpisodeStats, episode_summary
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from poad_jax import backups
+from poad_jax.core import gae as gae_lib
 
 GAMMA = 0.95
 
@@ -97,8 +97,8 @@ def gae_of(variant, streams, gamma_w, lam, gamma=GAMMA):
 
     @variant
     def run(rewards, values, valid, action_end, done, bootstrap):
-        discounts = backups.action_discounts(action_end, done, gamma, gamma_w)
-        return backups.token_gae(rewards, values, discounts, valid, bootstrap, lam)
+        discounts = gae_lib.action_discounts(action_end, done, gamma, gamma_w)
+        return gae_lib.token_gae(rewards, values, discounts, valid, bootstrap, lam)
 
     advantages, returns = run(rewards, values, valid, action_end, done, bootstrap)
     return np.asarray(advantages), np.asarray(returns)
@@ -194,9 +194,9 @@ class TokenGaeTest(chex.TestCase):
 
         @self.variant
         def both(rewards, values, valid, action_end, done, bootstrap):
-            discounts = backups.action_discounts(action_end, done, GAMMA)
-            scan = backups.token_gae(rewards, values, discounts, valid, bootstrap, 0.9)
-            parallel = backups.token_gae_parallel(rewards, values, discounts, valid, bootstrap, 0.9)
+            discounts = gae_lib.action_discounts(action_end, done, GAMMA)
+            scan = gae_lib.token_gae(rewards, values, discounts, valid, bootstrap, 0.9)
+            parallel = gae_lib.token_gae_parallel(rewards, values, discounts, valid, bootstrap, 0.9)
             return scan, parallel
 
         scan, parallel = both(rewards, values, valid, action_end, done, bootstrap)
@@ -206,10 +206,10 @@ class TokenGaeTest(chex.TestCase):
         action_end = np.array([[0, 0, 1, 1, 0, 1]], bool)
         done = np.array([[0, 1, 0, 1, 0, 0]], bool)  # done read only at action ends
         np.testing.assert_allclose(
-            backups.action_discounts(action_end, done, 0.9), [[1.0, 1.0, 0.9, 0.0, 1.0, 0.9]], atol=1e-7
+            gae_lib.action_discounts(action_end, done, 0.9), [[1.0, 1.0, 0.9, 0.0, 1.0, 0.9]], atol=1e-7
         )
         np.testing.assert_allclose(
-            backups.action_discounts(action_end.astype(np.float32), done.astype(np.float32), 0.9, 0.9),
+            gae_lib.action_discounts(action_end.astype(np.float32), done.astype(np.float32), 0.9, 0.9),
             [[0.9, 0.9, 0.9, 0.0, 0.9, 0.9]],
             atol=1e-7,
         )
@@ -218,8 +218,8 @@ class TokenGaeTest(chex.TestCase):
         @jax.jit
         @chex.assert_max_traces(n=1)
         def gae(rewards, values, valid, action_end, done, bootstrap):
-            discounts = backups.action_discounts(action_end, done, GAMMA)
-            return backups.token_gae(rewards, values, discounts, valid, bootstrap, 0.95)
+            discounts = gae_lib.action_discounts(action_end, done, GAMMA)
+            return gae_lib.token_gae(rewards, values, discounts, valid, bootstrap, 0.95)
 
         for seed in range(3):
             rewards, values, valid, action_end, done, bootstrap = random_streams(seed, 2, 3, 2, 0.0)
@@ -233,9 +233,9 @@ class TokenGaeTest(chex.TestCase):
 
 
 def test_bad_arguments_give_clear_errors():
-    with pytest.raises(backups.BackupError, match="gamma must be in"):
-        backups.action_discounts(np.ones((1, 2)), np.zeros((1, 2)), 1.5)
-    with pytest.raises(backups.BackupError, match="lam must be in"):
-        backups.token_gae(*(np.zeros((1, 2)),) * 4, np.zeros(1), -0.1)
+    with pytest.raises(gae_lib.BackupError, match="gamma must be in"):
+        gae_lib.action_discounts(np.ones((1, 2)), np.zeros((1, 2)), 1.5)
+    with pytest.raises(gae_lib.BackupError, match="lam must be in"):
+        gae_lib.token_gae(*(np.zeros((1, 2)),) * 4, np.zeros(1), -0.1)
     with pytest.raises(AssertionError):
-        backups.token_gae(*(np.zeros((1, 2)),) * 4, np.zeros(3), 0.9)
+        gae_lib.token_gae(*(np.zeros((1, 2)),) * 4, np.zeros(3), 0.9)

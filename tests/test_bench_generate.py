@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from poad_jax.bench.generate import memory_floor, weight_bytes
-from poad_jax.flops import decoder_weights
+from poad_jax.core.flops import decoder_weights
 from poad_jax.models.config import LlamaConfig, LoraConfig
 from poad_jax.models.llama import Llama
 

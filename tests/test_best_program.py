@@ -60,14 +60,17 @@ envs_py.register(SCRIPTED_ENV, f"{__name__}:ScriptedDataSciEnv", "DataSciCoding 
 
 if __name__ == "__main__":  # the training CLI; the config file (see `write_config_file`) registers the env
     sys.path.insert(0, str(REPO / "tests"))
-    from poad_jax import train
+    from poad_jax.run import cli
 
-    train.cli()
+    cli.cli()
 
 import pytest  # noqa: E402
 
-from poad_jax import best_program, train  # noqa: E402
-from poad_jax.logging import read_metrics  # noqa: E402
+from poad_jax.run import best_program, train  # noqa: E402
+from poad_jax.run import checkpoint as checkpoint_lib  # noqa: E402
+from poad_jax.run import cli  # noqa: E402
+from poad_jax.run import config as config_lib  # noqa: E402
+from poad_jax.run.metrics import read_metrics  # noqa: E402
 
 OVERRIDES = {
     "env.name": SCRIPTED_ENV, "env.kwargs": {"max_attempts": 4, "timeout_s": 60.0},
@@ -88,7 +91,7 @@ def write_config_file(directory: pathlib.Path, updates: int) -> pathlib.Path:
 
 
 def scripted_config(updates: int):
-    config = train.load_config_file(REPO / "configs" / "toy.py")
+    config = config_lib.load_config_file(REPO / "configs" / "toy.py")
     for key, value in OVERRIDES.items():
         node = config
         *parents, leaf = key.split(".")
@@ -164,7 +167,7 @@ def test_training_writes_the_best_program_and_rescoring_agrees(tmp_path, program
     assert 1 <= best.update <= 2 and 1 <= best.env_steps <= 8
     assert result.best == best
     assert result.records[-1]["best_step_reward"] == pytest.approx(best.mean_auc)
-    summary = train.summary_text(scripted_config(2), result)
+    summary = cli.summary_text(scripted_config(2), result)
     assert "best_program.py" in summary and f"{best.mean_auc:.4f}" in summary
     assert "programs ran" in summary
     assert best_program.main(["--workdir", str(workdir)]) == 0
@@ -182,7 +185,7 @@ def test_best_program_survives_kill_minus_nine_and_resume(tmp_path, program_scor
     process = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline:
-        if (workdir / best_program.RECORD_FILE).exists() and train.checkpoint_lib.checkpoint_steps(workdir):
+        if (workdir / best_program.RECORD_FILE).exists() and checkpoint_lib.checkpoint_steps(workdir):
             break
         if process.poll() is not None:
             pytest.fail(f"training ended before it could be killed: {process.stderr.read()[-2000:]}")

@@ -1,10 +1,11 @@
-"""One source for the training configuration (`poad_jax.config`): its defaults,
+"""One source for the training configuration (`poad_jax.run.config`): its defaults,
 its validation, its conversion to the library's dataclasses, and config files
 that load by path from any working directory."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import subprocess
 import sys
@@ -12,11 +13,11 @@ import sys
 import ml_collections
 import pytest
 
-from poad_jax import config as config_lib
-from poad_jax import layout
-from poad_jax import train
-from poad_jax.learner import LearnerConfig
-from poad_jax.rollout import RolloutConfig
+from poad_jax.run import config as config_lib
+from poad_jax.core import layout
+from poad_jax.run import build, rundir, train
+from poad_jax.agent.learner import LearnerConfig
+from poad_jax.agent.rollout import RolloutConfig
 from poad_jax.sampling import SamplingConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -106,7 +107,7 @@ def test_the_prompt_bucket_step_sets_the_rollouts_prompt_buckets():
 
 def test_a_stored_config_without_a_newer_field_converts_with_its_default():
     """Run directories keep `config.json` as written then: a field added since takes its default."""
-    stored = train.config_as_json(config_lib.default_config())
+    stored = rundir.config_as_json(config_lib.default_config())
     del stored["ppo"]["accumulation_steps"], stored["twosome_normalization"], stored["prompt_bucket_step"]
     stored["ppo"]["gamma"] = 0.9
     config = ml_collections.ConfigDict(stored)
@@ -147,6 +148,67 @@ def test_the_trainer_runs_on_the_converted_config(tmp_path, monkeypatch):
     assert seen["method"].share_prompt is True
 
 
+def test_one_method_builder_honours_gamma_w_and_share_prompt():
+    """`build.build_method` is the one way from a config to its method: NTPO's and TWOSOME's
+    `gamma_w` (negative: the method's default) and TWOSOME's `share_prompt`; a run directory's
+    config.json written before `share_prompt` existed gets True."""
+    config = config_lib.default_config()
+    config.method, config.ppo.gamma = "ntpo", 0.9
+    assert build.build_method(config).gamma_w == pytest.approx(0.9)  # NTPO's default: gamma
+    config.gamma_w = 0.5
+    assert build.build_method(config).gamma_w == 0.5
+    config.method, config.share_prompt = "twosome", False
+    method = build.build_method(config)
+    assert (method.name, method.gamma_w, method.share_prompt) == ("twosome", 0.5, False)
+    stored = json.loads(config.to_json_best_effort())
+    del stored["share_prompt"]
+    assert build.build_method(ml_collections.ConfigDict(stored)).share_prompt is True
+
+
+def test_evaluation_acts_with_the_method_the_run_trained(tmp_path, monkeypatch):
+    """evaluate builds the method as the trainer does (it used to drop `gamma_w` and `share_prompt`)."""
+    from poad_jax.models.tiny import tiny_random_model
+    from poad_jax.tools import evaluate
+
+    config = config_lib.load_config_file(REPO / "configs" / "toy.py")
+    config.method, config.gamma_w, config.share_prompt = "twosome", 0.5, False
+    seen = {}
+
+    def capture_collector(envs, tokenizer, sampler, method, rconfig, seed):
+        seen.update(method=method)
+        raise _Stop
+
+    monkeypatch.setattr(evaluate, "RolloutCollector", capture_collector)
+    model, tokenizer = tiny_random_model(seed=0)
+    with pytest.raises(_Stop):
+        evaluate.evaluate_env(model, tokenizer, config, config.env.name, 2, False, 0, 1)
+    assert seen["method"] == build.build_method(config)
+    assert (seen["method"].gamma_w, seen["method"].share_prompt) == (0.5, False)
+
+
+def test_one_table_of_resumable_fields():
+    """`config.RESUMABLE_FIELDS` is the trainer's and the study runner's list: a dotted name is covered by
+    its block; what a study may reuse across studies is the part that changes no number."""
+    assert config_lib.resumable_kind("total_env_steps") == "length"
+    assert config_lib.resumable_kind("mesh.data") == "layout"
+    assert config_lib.resumable_kind("ppo.gamma") is None and config_lib.resumable_kind("meshy") is None
+    refused, safe = rundir.config_differences({"mesh": {"data": 1}, "seed": 0}, {"mesh": {"data": 2}, "seed": 1})
+    assert refused == ["seed"] and safe == {"mesh.data": [1, 2]}
+    same_numbers = {name for name, kind in config_lib.RESUMABLE_FIELDS.items() if kind in config_lib.SAME_NUMBERS}
+    assert same_numbers == {"total_env_steps", "tensorboard", "plot"}
+
+
+def test_one_dotted_name_walker_names_the_closest_field():
+    config = config_lib.default_config()
+    node, last = config_lib.field_parent(config, "ppo.actor_lr")
+    assert node is config.ppo and last == "actor_lr"
+    with pytest.raises(config_lib.UnknownFieldError, match="did you mean ppo.actor_lr") as raised:
+        config_lib.field_parent(config, "ppo.actor_lrr")
+    assert (raised.value.parent, raised.value.missing) == ("ppo", "actor_lrr")
+    with pytest.raises(config_lib.UnknownFieldError):
+        config_lib.field_parent(config, "seed.x")  # a leaf has no fields
+
+
 def test_the_trainers_learner_config_is_the_configs(tmp_path, monkeypatch):
     """train.run compiles its update with the LearnerConfig built from its config."""
     config = config_lib.load_config_file(REPO / "configs" / "toy.py")
@@ -157,7 +219,7 @@ def test_the_trainers_learner_config_is_the_configs(tmp_path, monkeypatch):
         seen["lconfig"] = lconfig
         raise _Stop
 
-    monkeypatch.setattr(train, "make_update_fn", capture_update)
+    monkeypatch.setattr(build, "make_update_fn", capture_update)
     with pytest.raises(_Stop):
         train.run(config, tmp_path / "w", show_progress=False)
     assert dataclasses.asdict(seen["lconfig"]) == expected_learner_fields(config)
@@ -182,7 +244,7 @@ def test_no_config_file_edits_sys_path():
 def test_config_files_load_from_another_working_directory(tmp_path):
     """By path, from elsewhere: the library's loader, and the CLI with an override (a bad one, so that the
     command stops at validation with one line instead of training)."""
-    script = ("import sys\nfrom poad_jax import config\n"
+    script = ("import sys\nfrom poad_jax.run import config\n"
               "for path in sys.argv[1:]:\n    config.validate(config.load_config_file(path))\nprint('ok')")
     done = subprocess.run([sys.executable, "-c", script, *map(str, CONFIG_FILES)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)

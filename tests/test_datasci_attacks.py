@@ -408,7 +408,7 @@ def test_the_trainers_data_files_are_not_visible(balance_scale, datasets_dir, sa
                          ids=lambda path: path.parent.name)
 def test_kept_best_programs_rescore_to_their_recorded_aucs_exactly(record, sandboxed, tmp_path):
     """Honest programs score what they did before issue 34, to the last digit (a copy: reading may repair files)."""
-    from poad_jax import best_program
+    from poad_jax.run import best_program
 
     (tmp_path / record.name).write_text(record.read_text())
     best, result = best_program.rescore(tmp_path)
@@ -431,7 +431,7 @@ def test_env_step_scores_an_attack_no_better_than_honest(balance_scale, honest_a
 
 def _kept_attack(workdir: pathlib.Path) -> pathlib.Path:
     """A run directory whose best program is the stack walk, recorded (as the old sandbox scored it) at 1.0."""
-    from poad_jax import best_program
+    from poad_jax.run import best_program
 
     workdir.mkdir()
     best_program.write_best(workdir, best_program.BestProgram(
@@ -453,11 +453,11 @@ def _rescored_auc(output: str) -> float | None:
 def test_rescoring_a_kept_attack_gives_no_better_than_honest(command, tmp_path, capsys, honest_auc):
     workdir = _kept_attack(tmp_path / "run")
     if command == "best_program":
-        from poad_jax import best_program
+        from poad_jax.run import best_program
 
         status = best_program.main(["--workdir", str(workdir)])
     else:
-        from poad_jax import evaluate
+        from poad_jax.tools import evaluate
 
         status = evaluate.main(["--workdir", str(workdir), "--best-program"])
     rescored = _rescored_auc(capsys.readouterr().out)

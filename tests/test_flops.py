@@ -1,4 +1,4 @@
-"""The matmul FLOP counter (`poad_jax.flops`) against a hand count and against the
+"""The matmul FLOP counter (`poad_jax.core.flops`) against a hand count and against the
 matmuls the code actually traces.
 
 - A made-up tiny config counted by hand, pass by pass.
@@ -22,15 +22,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from poad_jax import flops
-from poad_jax.config import learner_config, rollout_config
-from poad_jax.learner import build_update, init_train_state
-from poad_jax.methods import make_method
+from poad_jax.core import flops
+from poad_jax.run.config import learner_config, rollout_config
+from poad_jax.agent.learner import build_update, init_train_state
+from poad_jax.agent.methods import make_method
 from poad_jax.models.config import LlamaConfig, LoraConfig
 from poad_jax.models.decode import init_cache, unstack_weights
 from poad_jax.models.tiny import tiny_random_model
-from poad_jax.policy import ValueHead, action_logprobs, split_policy
-from poad_jax.rollout import StepRecord, behaviour_statistics, make_token_batch, pack_batch
+from poad_jax.core.policy import ValueHead, action_logprobs, split_policy
+from poad_jax.agent.rollout import StepRecord
+from poad_jax.agent.experience import behaviour_statistics, make_token_batch, pack_batch
 from poad_jax.sampling import Sampler, SamplingConfig
 from poad_jax.sampling.loop import left_pad, prefill
 from poad_jax.sampling.scoring import pack_candidates, score_candidates

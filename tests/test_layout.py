@@ -1,4 +1,4 @@
-"""The shared shape helpers (`poad_jax.layout`): bucket rounding, positions from a
+"""The shared shape helpers (`poad_jax.core.layout`): bucket rounding, positions from a
 mask (NumPy and JAX alike), and the action trie read by both the trie sampler
 and the learner's allowed-token tables."""
 
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from poad_jax.layout import (
+from poad_jax.core.layout import (
     FINE_PROMPT_LIMIT,
     PROMPT_BUCKETS,
     action_trie,

@@ -20,19 +20,15 @@ import pytest
 from flax import nnx
 
 import envs_py
-from poad_jax import train
-from poad_jax.config import learner_config, rollout_config
-from poad_jax.learner import compute_advantages, init_train_state, make_update_fn, policy_outputs
-from poad_jax.methods import make_method
+from poad_jax.run import train
+from poad_jax.run import config as config_lib
+from poad_jax.run.config import learner_config, rollout_config
+from poad_jax.agent.learner import compute_advantages, init_train_state, make_update_fn, policy_outputs
+from poad_jax.agent.methods import make_method
 from poad_jax.models.tiny import tiny_random_model
-from poad_jax.policy import ValueHead, split_policy, token_logprobs_and_entropy
-from poad_jax.rollout import (
-    RolloutCollector,
-    behaviour_statistics,
-    make_token_batch,
-    merged_actor,
-    pack_batch,
-)
+from poad_jax.core.policy import ValueHead, split_policy, token_logprobs_and_entropy
+from poad_jax.agent.rollout import RolloutCollector, merged_actor
+from poad_jax.agent.experience import behaviour_statistics, make_token_batch, pack_batch
 from poad_jax.sampling import Sampler
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -103,7 +99,7 @@ def test_twosome_logprob_is_softmax_over_normalised_scores():
     rows, candidates, length = batch.tokens.shape
     # Score every candidate row with the token-level path (full vocabulary, T = 1).
     flat = jax.tree.map(lambda x: x, batch)
-    from poad_jax.policy import action_logprobs
+    from poad_jax.core.policy import action_logprobs
 
     token_lp, _ = action_logprobs(
         graph, frozen, params["actor"],
@@ -210,7 +206,7 @@ def test_twosome_gamma_w_discounts_each_action_by_its_token_count():
 
 @pytest.mark.parametrize("method_name", ["poad", "ntpo", "twosome"])
 def test_methods_learn_the_decisive_token_task(tmp_path, method_name):
-    config = train.load_config_file(REPO / "configs" / "toy.py")
+    config = config_lib.load_config_file(REPO / "configs" / "toy.py")
     config.method = method_name
     updates = 60 if method_name == "poad" else 25
     config.total_env_steps = config.num_threads * config.rollout_length * updates

@@ -18,7 +18,9 @@ from flax import nnx
 
 from poad_jax.models import LlamaConfig, LoraConfig, init_cache
 from poad_jax.models import hf_io
-from poad_jax.models.llama import attention_over_cache, grouped_query_attention, merge_lora, unstack_weights
+from poad_jax.models.decode import attention_over_cache, unstack_weights
+from poad_jax.models.llama import grouped_query_attention
+from poad_jax.models.lora import merge_lora
 
 TOLERANCE = 2e-5  # float32 model vs float64 reference, logits of order 1
 

@@ -17,7 +17,7 @@ from flax import nnx
 
 from poad_jax.models import LoraConfig, hf_io
 from poad_jax.models.llama import REMAT_POLICIES, Llama, LlamaConfig, mixed_einsum
-from poad_jax.models.llama import init_cache
+from poad_jax.models.decode import init_cache
 from test_models_llama import TOKENS, forward, full_logits, numpy_logits, tiny_checkpoint  # noqa: F401
 
 SPECS = {

@@ -23,10 +23,12 @@ import sys
 import numpy as np
 import pytest
 
-from poad_jax import config as config_lib
-from poad_jax import train
-from poad_jax.methods import make_method
-from poad_jax.rollout import StepRecord, merge_episode_states, pack_batch, pack_batch_agreed
+from poad_jax.run import config as config_lib
+from poad_jax.run import resume
+from poad_jax.agent.methods import make_method
+from poad_jax.agent.episodes import merge_episode_states
+from poad_jax.agent.rollout import StepRecord
+from poad_jax.agent.experience import pack_batch, pack_batch_agreed
 from test_sharded_training import REPO, records
 from test_sharding_multiprocess import _free_port
 
@@ -233,11 +235,11 @@ def test_each_process_takes_its_part_of_a_checkpoint_record():
     meta = {"episode_counters": [1, 2, 3, 4], "episodes": {"steps": 16}, "numpy_rng": {"n": 0},
             "hosts": [{"episodes": {"steps": 8}, "numpy_rng": {"n": 0}}, {"episodes": {"steps": 8},
                                                                           "numpy_rng": {"n": 1}}]}
-    assert train.host_meta(meta, 1, 2, 2, 2) == ([3, 4], {"steps": 8}, {"n": 1})  # the layout that wrote it
-    assert train.host_meta(meta, 0, 1, 0, 4) == ([1, 2, 3, 4], {"steps": 16}, None)  # 2 -> 1: merged history
+    assert resume.host_meta(meta, 1, 2, 2, 2) == ([3, 4], {"steps": 8}, {"n": 1})  # the layout that wrote it
+    assert resume.host_meta(meta, 0, 1, 0, 4) == ([1, 2, 3, 4], {"steps": 16}, None)  # 2 -> 1: merged history
     single = {key: meta[key] for key in ("episode_counters", "episodes", "numpy_rng")}
-    assert train.host_meta(single, 0, 1, 0, 4) == ([1, 2, 3, 4], {"steps": 16}, {"n": 0})
-    assert train.host_meta(single, 1, 2, 2, 2) == ([3, 4], {}, None)  # 1 -> 2: process 0 keeps the history
+    assert resume.host_meta(single, 0, 1, 0, 4) == ([1, 2, 3, 4], {"steps": 16}, {"n": 0})
+    assert resume.host_meta(single, 1, 2, 2, 2) == ([3, 4], {}, None)  # 1 -> 2: process 0 keeps the history
 
 
 @pytest.mark.parametrize("fields, message", [

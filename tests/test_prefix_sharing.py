@@ -18,18 +18,19 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from poad_jax.config import learner_config, rollout_config
-from poad_jax.learner import make_update_fn, init_train_state, policy_outputs
-from poad_jax.methods import make_method
+from poad_jax.run.config import learner_config, rollout_config
+from poad_jax.agent.learner import make_update_fn, init_train_state, policy_outputs
+from poad_jax.agent.methods import make_method
 from poad_jax.models.tiny import tiny_random_model
-from poad_jax.policy import (
+from poad_jax.core.policy import (
     ValueHead,
     action_level_log_policy,
     candidate_token_logprobs,
     shared_prompt_visibility,
     split_policy,
 )
-from poad_jax.rollout import StepRecord, behaviour_statistics, make_token_batch, pack_batch
+from poad_jax.agent.rollout import StepRecord
+from poad_jax.agent.experience import behaviour_statistics, make_token_batch, pack_batch
 from poad_jax.sampling import Sampler
 
 WORDS = ["walk to the red door.", "open", "pick up the pancake", "go, go", "heat microwave on", "turn off."]

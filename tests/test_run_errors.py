@@ -1,6 +1,6 @@
 """Every ordinary mistake of the new-user probe (issue 19) ends in one line and exit 2.
 
-Each case runs the command's own entry point (`train.main`, `export.main`,
+Each case runs the command's own entry point (`train_cli.main`, `export.main`,
 `evaluate.main`, or the CLI in a subprocess where the mistake is in the
 command line itself) and checks: exit status 2, exactly one non-empty
 stderr line starting with `error:`, the words that tell the user what to
@@ -17,14 +17,18 @@ import time
 
 import pytest
 
-from poad_jax import checkpoint as checkpoint_lib
-from poad_jax import evaluate, export, train
+from poad_jax.run import checkpoint as checkpoint_lib
+from poad_jax.tools import evaluate, export
+from poad_jax.run import train
+from poad_jax.run import cli as train_cli
+from poad_jax.run import config as config_lib
+from poad_jax.run import rundir
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def toy_config(updates: int = 2):
-    config = train.load_config_file(REPO / "configs" / "toy.py")
+    config = config_lib.load_config_file(REPO / "configs" / "toy.py")
     config.total_env_steps = config.num_threads * config.rollout_length * updates
     config.tensorboard = False
     config.plot = False
@@ -49,9 +53,9 @@ def the_error_line(stderr: str) -> str:
 
 
 def run_main(capsys, config, workdir) -> str:
-    """`train.main` must return 2 with one error line; returns the line."""
+    """`train_cli.main` must return 2 with one error line; returns the line."""
     capsys.readouterr()
-    assert train.main(config, workdir, compilation_cache=False, show_progress=False) == 2
+    assert train_cli.main(config, workdir, compilation_cache=False, show_progress=False) == 2
     return the_error_line(capsys.readouterr().err)
 
 
@@ -207,7 +211,7 @@ def test_ctrl_c_is_one_line_leaves_no_temporary_directory_and_resumes(tmp_path):
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == train.EXIT_INTERRUPTED
+    assert process.returncode == train_cli.EXIT_INTERRUPTED
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
     last = [line for line in stderr.replace("\r", "\n").splitlines() if line.strip()][-1]
     assert last.startswith("interrupted: ") and "re-run the same command" in last
@@ -217,7 +221,7 @@ def test_ctrl_c_is_one_line_leaves_no_temporary_directory_and_resumes(tmp_path):
     done = checkpoint_lib.checkpoint_steps(workdir)[-1]
     resumed = cli(*common, f"--config.total_env_steps={16 * (done + 1)}", timeout=300)
     assert resumed.returncode == 0 and f"resuming {workdir} from update {done}" in resumed.stdout, resumed.stderr[-2000:]
-    assert (workdir / train.FINISHED_FILE).exists()
+    assert (workdir / rundir.FINISHED_FILE).exists()
 
 
 def test_ctrl_c_during_a_save_is_raised_once_the_step_is_committed(tmp_path, monkeypatch):
@@ -268,7 +272,7 @@ def test_unfinished_saves_are_removed_when_a_run_opens(tmp_path):
 
 
 def test_cli_interrupted_line_names_the_update(tmp_path):
-    assert "starts the run again" in train.interrupted_line(tmp_path)
+    assert "starts the run again" in train_cli.interrupted_line(tmp_path)
     (tmp_path / "checkpoints" / "7").mkdir(parents=True)
-    assert "resumes from update 7" in train.interrupted_line(tmp_path)
+    assert "resumes from update 7" in train_cli.interrupted_line(tmp_path)
 

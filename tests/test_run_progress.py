@@ -8,16 +8,18 @@ import pathlib
 import numpy as np
 import pytest
 
-from poad_jax import logging as run_logging
-from poad_jax import train
-from poad_jax.rollout import EpisodeStats, failure_kind, step_summary
+from poad_jax.run import metrics as run_logging
+from poad_jax.run import train
+from poad_jax.run import cli
+from poad_jax.run import config as config_lib
+from poad_jax.agent.episodes import EpisodeStats, failure_kind, step_summary
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def long_episode_config(updates: int):
     """Toy episodes of 100 steps: no episode ends within the run."""
-    config = train.load_config_file(REPO / "configs" / "toy.py")
+    config = config_lib.load_config_file(REPO / "configs" / "toy.py")
     config.env.kwargs = dict(config.env.kwargs, horizon=100)
     config.total_env_steps = config.num_threads * config.rollout_length * updates
     config.tensorboard = False
@@ -31,7 +33,7 @@ def test_a_run_with_no_finished_episode_shows_no_nan(tmp_path, capsys):
     assert result.episodes["finished_returns"] == []
     assert "nan" not in bar.lower()
     assert "ok=0/4" in bar and "ok=0/32" in bar and "r/step=" in bar and "episodes=0" in bar
-    summary = train.summary_text(config, result)
+    summary = cli.summary_text(config, result)
     assert "nan" not in summary.lower()
     assert "no episode finished within 32 env steps" in summary
     assert (tmp_path / "run" / "curves.png").stat().st_size > 0
@@ -95,19 +97,19 @@ def test_failure_kind(error, kind):
 
 
 def test_summary_says_why_nothing_ran_and_what_to_try():
-    config = train.load_config_file(REPO / "configs" / "datasci_smollm2.py")
+    config = config_lib.load_config_file(REPO / "configs" / "datasci_smollm2.py")
     stats = _stats_after([(0, -1.0, False, {"success": False, "error": "SyntaxError: x"})] * 16)
     episodes = stats.state_dict()
     records = [{"update": 1, "env_steps": 16}]
     lines = run_logging.run_summary_lines(records, episodes, 32, "programs", "ran", "AUC")
     assert any(line.startswith("0 of 16 programs ran;") and "SyntaxError 16" in line for line in lines)
     assert "stopped early; total_env_steps is 32" in lines[0]
-    advice = " ".join(train.advice_lines(config, episodes))
+    advice = " ".join(cli.advice_lines(config, episodes))
     assert "SmolLM2-135M rarely writes runnable scikit-learn code" in advice and "configs/datasci.py" in advice
     config.model = "qwen2.5-coder-0.5b-instruct"
-    assert "max_new_tokens" in " ".join(train.advice_lines(config, episodes))
+    assert "max_new_tokens" in " ".join(cli.advice_lines(config, episodes))
     succeeded = _stats_after(STEPS).state_dict()
-    assert train.advice_lines(config, succeeded) == []
+    assert cli.advice_lines(config, succeeded) == []
     lines = run_logging.run_summary_lines(records, succeeded, 32, "programs", "ran", "AUC")
     mean_auc = np.mean([reward for _, reward, _, info in STEPS if info["success"]])
     assert any(line.startswith(f"2 of 5 programs ran (mean AUC of those {mean_auc:.3f}); ") for line in lines), lines
@@ -124,7 +126,7 @@ def test_the_summary_prints_the_command_that_continues_the_run(tmp_path):
     result = train.run(config, workdir, show_progress=False)
     argv = [str(REPO / "poad_jax" / "train.py"), "--config=configs/toy.py", "--workdir", "elsewhere",
             "--config.env.kwargs.horizon=100", "--config.total_env_steps=16", "--config.tensorboard=False"]
-    lines = train.summary_text(config, result, argv).splitlines()
+    lines = cli.summary_text(config, result, argv).splitlines()
     assert lines[-2] == "to continue training (it resumes from update 1, up to 32 env steps):"
     command = shlex.split(lines[-1])
     assert command[1:] == ["-m", "poad_jax.train", "--config=configs/toy.py", "--config.env.kwargs.horizon=100",
@@ -141,7 +143,7 @@ def test_the_bar_keeps_moving_through_a_long_phase(capsys):
     bar with the phase's clock; closing it leaves the statistics without the phase."""
     import time
 
-    from poad_jax.progress import RunProgress
+    from poad_jax.run.progress import RunProgress
 
     progress = RunProgress(total=8, initial=0, description="poad toy", tick_s=0.05)
     progress.show({"ok": "0/0"})
@@ -155,20 +157,20 @@ def test_the_bar_keeps_moving_through_a_long_phase(capsys):
 
 
 def test_actions_cut_off_counts_free_form_actions_that_reached_the_token_limit():
-    from poad_jax import config as config_lib
-    from poad_jax.rollout import StepRecord, actions_cut_off
+    from poad_jax.run import config as config_lib
+    from poad_jax.agent.rollout import StepRecord, actions_cut_off
 
-    config = config_lib.rollout_config(train.load_config_file(REPO / "configs" / "toy.py"), (2,))
+    config = config_lib.rollout_config(config_lib.load_config_file(REPO / "configs" / "toy.py"), (2,))
     limit = config.sampling.max_new_tokens
     steps = [[StepRecord([1], [5] * limit, 0.0, False),  # cut off
               StepRecord([1], [5] * (limit - 1) + [2], 0.0, False),  # ended by the stop token at the limit
               StepRecord([1], [5, 2], 0.0, False)],
              [StepRecord([1], [5] * limit, 0.0, False, candidates=[[5] * limit])]]  # chosen among candidates
     assert actions_cut_off(steps, config) == 1
-    summary = train.cut_off_lines(train.load_config_file(REPO / "configs" / "toy.py"),
+    summary = cli.cut_off_lines(config_lib.load_config_file(REPO / "configs" / "toy.py"),
                                   [{"env_steps": 4, "actions_cut_off": 1}, {"env_steps": 8, "actions_cut_off": 2}])
     assert summary == [f"3 of 8 programs were cut off by sampling.max_new_tokens ({limit} tokens)."]
-    assert train.cut_off_lines(train.load_config_file(REPO / "configs" / "toy.py"), [{"env_steps": 4}]) == []
+    assert cli.cut_off_lines(config_lib.load_config_file(REPO / "configs" / "toy.py"), [{"env_steps": 4}]) == []
 
 
 def test_rolling_mean_and_episode_points():

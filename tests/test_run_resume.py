@@ -14,16 +14,20 @@ import pathlib
 
 import pytest
 
-from poad_jax import checkpoint as checkpoint_lib
-from poad_jax import export, train
-from poad_jax.logging import read_metrics
+from poad_jax.run import checkpoint as checkpoint_lib
+from poad_jax.tools import export
+from poad_jax.run import train
+from poad_jax.run import cli
+from poad_jax.run import config as config_lib
+from poad_jax.run import rundir
+from poad_jax.run.metrics import read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS_PER_UPDATE = 16  # toy: 4 threads x 4 steps
 
 
 def toy_config(updates: int):
-    config = train.load_config_file(REPO / "configs" / "toy.py")
+    config = config_lib.load_config_file(REPO / "configs" / "toy.py")
     config.total_env_steps = STEPS_PER_UPDATE * updates
     config.tensorboard = False
     config.plot = False
@@ -74,7 +78,7 @@ def test_a_rerun_that_changes_what_the_checkpoint_means_is_refused(started_run, 
     for parent in parents:
         node = node[parent]
     node[leaf] = value
-    assert train.main(config, workdir, compilation_cache=False, show_progress=False) == 2
+    assert cli.main(config, workdir, compilation_cache=False, show_progress=False) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith("error: ") and field in err[0], err
     assert "different configuration" in err[0] and "new --workdir" in err[0]
@@ -90,9 +94,9 @@ def test_safe_changes_resume_and_are_recorded(started_run, tmp_path):
     config.tensorboard = True
     result = train.run(config, workdir, show_progress=False)
     assert [r["update"] for r in result.records] == [1, 2, 3, 4, 5]
-    stored = json.loads((workdir / train.CONFIG_FILE).read_text())
+    stored = json.loads((workdir / rundir.CONFIG_FILE).read_text())
     assert stored["total_env_steps"] == 5 * STEPS_PER_UPDATE and stored["checkpoint_every"] == 2
-    changes = [json.loads(line) for line in (workdir / train.CHANGES_FILE).read_text().splitlines()]
+    changes = [json.loads(line) for line in (workdir / rundir.CHANGES_FILE).read_text().splitlines()]
     assert changes[-1]["changes"] == {
         "total_env_steps": [4 * STEPS_PER_UPDATE, 5 * STEPS_PER_UPDATE],
         "checkpoint_every": [1, 2],
@@ -103,7 +107,7 @@ def test_safe_changes_resume_and_are_recorded(started_run, tmp_path):
 def test_config_differences_classifies_fields():
     stored = {"method": "poad", "total_env_steps": 10, "ppo": {"actor_lr": 1e-6}, "mesh": {"data": 1}}
     new = {"method": "ntpo", "total_env_steps": 20, "ppo": {"actor_lr": 2e-6}, "mesh": {"data": 2}, "added": 1}
-    refused, safe = train.config_differences(stored, new)
+    refused, safe = rundir.config_differences(stored, new)
     assert refused == ["method", "ppo.actor_lr"]
     assert safe == {"total_env_steps": [10, 20], "mesh.data": [1, 2], "added": [None, 1]}
 
@@ -184,7 +188,7 @@ def test_no_intact_checkpoint_is_one_line(started_run, tmp_path, capsys):
     workdir = copy_of(started_run, tmp_path)
     for step in (1, 2):
         shutil.rmtree(workdir / "checkpoints" / str(step) / "meta")
-    assert train.main(toy_config(4), workdir, compilation_cache=False, show_progress=False) == 2
+    assert cli.main(toy_config(4), workdir, compilation_cache=False, show_progress=False) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert lines[-1].startswith("error: no intact checkpoint in") and len(lines) == 3  # two warnings, one error
 
@@ -203,15 +207,15 @@ def test_export_reads_past_a_damaged_checkpoint_without_moving_it(started_run, t
 
 def test_finished_marker(started_run, tmp_path):
     workdir = copy_of(started_run, tmp_path)
-    assert not (workdir / train.FINISHED_FILE).exists()  # stopped after 2 of 4 updates
+    assert not (workdir / rundir.FINISHED_FILE).exists()  # stopped after 2 of 4 updates
     result = train.run(toy_config(4), workdir, show_progress=False)
     assert result.finished
-    marker = json.loads((workdir / train.FINISHED_FILE).read_text())
+    marker = json.loads((workdir / rundir.FINISHED_FILE).read_text())
     assert marker["update"] == 4 and marker["env_steps"] == marker["total_env_steps"] == 4 * STEPS_PER_UPDATE
     assert result.records[-1]["env_steps"] >= marker["total_env_steps"]
     # Extending a finished run removes the marker until the new total is reached.
     train.run(toy_config(5), workdir, show_progress=False, max_updates=0)
-    assert not (workdir / train.FINISHED_FILE).exists()
+    assert not (workdir / rundir.FINISHED_FILE).exists()
     # A re-run of a finished run trains nothing and keeps its history.
     again = train.run(toy_config(5), workdir, show_progress=False)
     assert [r["update"] for r in again.records] == [1, 2, 3, 4, 5] and again.finished

@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
-from poad_jax import distributed as dist
-from poad_jax.distributed.sampling_layout import CARRY_RULES, UNSTACKED_SAMPLE_RULES, SamplingLayout, padded_rows
+from poad_jax import parallel as dist
+from poad_jax.parallel.sampling_layout import CARRY_RULES, UNSTACKED_SAMPLE_RULES, SamplingLayout, padded_rows
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from test_sharding import MESHES, collectives, run_on_host_devices  # noqa: E402  (the sibling test's helpers)
@@ -338,7 +338,7 @@ def _worker(out: pathlib.Path) -> None:  # noqa: C901  (one script, top to botto
         if rule_name == "free":
             rule = FreeSampling(1.0, 0, 1.0, ())
         else:
-            from poad_jax.layout import build_action_tries
+            from poad_jax.core.layout import build_action_tries
 
             trie = build_action_tries(candidates + candidates[:2], sampler._batch(len(prompts)), None)
             rule = TrieSampling(*(sampler._rows(a) for a in (trie.edge_token, trie.edge_child, trie.edge_valid)),

@@ -1,4 +1,4 @@
-"""poad_jax on a device mesh (`poad_jax.distributed`), against one device.
+"""poad_jax on a device mesh (`poad_jax.parallel`), against one device.
 
 The mesh tests need 8 devices: this file runs itself as a subprocess with
 `--xla_force_host_platform_device_count=8` (the device count is fixed when
@@ -31,7 +31,9 @@ import numpy as np
 import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
-from poad_jax import distributed as dist
+from poad_jax import parallel as dist
+from poad_jax.agent import sharded_update as sharded
+from poad_jax.run import config as config_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MESHES = {"dp8": (8, 1, 1), "fsdp8": (1, 8, 1), "mixed222": (2, 2, 2)}
@@ -43,7 +45,7 @@ HIDDEN, HEAD_SIZES, THREADS, STEPS, PROMPT, ACTION = 40, (48,), 8, 4, 10, 6
 
 
 def test_default_mesh_block_is_one_device_and_makes_no_mesh():
-    block = dist.default_mesh_config()
+    block = config_lib.default_config().mesh
     assert dict(block) == {"data": 1, "fsdp": 1, "tensor": 1}
     assert dist.mesh_from_config(block) is None
     assert dist.batch_shards(None) == 1
@@ -62,10 +64,10 @@ def test_mesh_shape_resolves_minus_one_and_rejects_mistakes():
 def _tiny_state():
     from flax import nnx
 
-    from poad_jax.config import learner_config
-    from poad_jax.learner import init_train_state
+    from poad_jax.run.config import learner_config
+    from poad_jax.agent.learner import init_train_state
     from poad_jax.models.tiny import tiny_random_model
-    from poad_jax.policy import ValueHead, split_policy
+    from poad_jax.core.policy import ValueHead, split_policy
 
     model, _ = tiny_random_model(hidden_size=HIDDEN)
     head = ValueHead(HIDDEN, HEAD_SIZES, rngs=nnx.Rngs(1))
@@ -327,7 +329,7 @@ def _synthetic_rollout(vocab: int, seed: int = 0):
     """A token-level rollout of THREADS x STEPS rows: random prompts and
     actions, half of the rows trie-constrained (the action token among 3
     allowed), random rewards and dones."""
-    from poad_jax.token_batch import pack_rows
+    from poad_jax.core.token_batch import pack_rows
 
     rng = np.random.default_rng(seed)
     rows = THREADS * STEPS
@@ -369,13 +371,13 @@ def _worker(out: pathlib.Path) -> None:  # noqa: C901  (one script, top to botto
     import jax.numpy as jnp
     from flax import nnx
 
-    from poad_jax import checkpoint as checkpoint_lib
-    from poad_jax.config import learner_config
-    from poad_jax.learner import build_update, init_train_state, policy_outputs
-    from poad_jax.methods import make_method
+    from poad_jax.run import checkpoint as checkpoint_lib
+    from poad_jax.run.config import learner_config
+    from poad_jax.agent.learner import build_update, init_train_state, policy_outputs
+    from poad_jax.agent.methods import make_method
     from poad_jax.models.tiny import tiny_random_model
-    from poad_jax.policy import ValueHead, merge_model, split_policy
-    from poad_jax.rollout import behaviour_statistics, make_token_batch
+    from poad_jax.core.policy import ValueHead, merge_model, split_policy
+    from poad_jax.agent.experience import behaviour_statistics, make_token_batch
 
     jax.config.update("jax_default_matmul_precision", "highest")
     assert jax.device_count() == 8, jax.devices()
@@ -447,10 +449,10 @@ def _worker(out: pathlib.Path) -> None:  # noqa: C901  (one script, top to botto
         record_update(f"single{groups}", *jax.jit(update, donate_argnums=(0,))(state, frozen, batch))
     for name, shape in MESHES.items():
         mesh = dist.make_mesh(*shape)
-        fr, pr = dist.shard_policy(frozen, copy(params), mesh)
+        fr, pr = sharded.shard_policy(frozen, copy(params), mesh)
         batch = forward_parts(name, fr, pr, dist.shard_batch(arrays, mesh), dist.shard_batch(next_arrays, mesh), mesh)
-        update, _ = dist.make_sharded_update_fn(graph, method, config, mesh)
-        state = dist.shard_train_state(init_train_state(copy(pr), config, jax.random.key(0)), mesh)
+        update, _ = sharded.make_sharded_update_fn(graph, method, config, mesh)
+        state = sharded.shard_train_state(init_train_state(copy(pr), config, jax.random.key(0)), mesh)
         compiled = update.lower(state, fr, batch).compile()
         summary["collectives"][name] = collectives(compiled.as_text())
         summary["dots"][name] = dot_shapes(compiled.as_text())
@@ -473,7 +475,7 @@ def _worker(out: pathlib.Path) -> None:  # noqa: C901  (one script, top to botto
     summary["dots"]["fsdp8_float32"] = summary["dots"]["fsdp8"]
     model_bf16, _ = tiny_random_model(hidden_size=HIDDEN, matmul_dtype=jnp.bfloat16)
     graph_bf16, frozen_bf16, _ = split_policy(model_bf16, ValueHead(HIDDEN, HEAD_SIZES, rngs=nnx.Rngs(1)))
-    update, _ = dist.make_sharded_update_fn(graph_bf16, method, config, fsdp)
+    update, _ = sharded.make_sharded_update_fn(graph_bf16, method, config, fsdp)
     lowered = update.lower(*abstract_args(fsdp, state, frozen_bf16, batch))
     text = lowered.compile().as_text()
     summary["collectives"]["fsdp8_bfloat16"], summary["dots"]["fsdp8_bfloat16"] = collectives(text), dot_shapes(text)
@@ -505,7 +507,7 @@ def _worker(out: pathlib.Path) -> None:  # noqa: C901  (one script, top to botto
         state = init_train_state(copy(params), config, jax.random.key(3))
         state = jax.tree.map(lambda x: x + 0.5 if jnp.issubdtype(x.dtype, jnp.floating) else x, state)
         if save_mesh is not None:
-            state = dist.shard_train_state(state, save_mesh, rules)
+            state = sharded.shard_train_state(state, save_mesh, rules)
         expected = jax.device_get(jax.tree.map(
             lambda x: jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x, state))
         workdir = out / f"ckpt_{name}"
@@ -514,7 +516,7 @@ def _worker(out: pathlib.Path) -> None:  # noqa: C901  (one script, top to botto
         writer.close()
         template = init_train_state(copy(params), config, jax.random.key(9))
         if restore_mesh is not None:
-            template = dist.shard_train_state(template, restore_mesh, rules)
+            template = sharded.shard_train_state(template, restore_mesh, rules)
         reader = checkpoint_lib.RunCheckpointer(workdir, create=False)
         restored, _ = reader.restore(template)
         reader.close()
@@ -531,7 +533,7 @@ def _worker(out: pathlib.Path) -> None:  # noqa: C901  (one script, top to botto
     checkpoint_case("1_to_fsdp8", None, dist.make_mesh(1, 8, 1), follow)
 
     # Memory: compiled per-device argument bytes on (1, f, 1).
-    from poad_jax.distributed.memory import update_memory
+    from poad_jax.bench._update_memory import update_memory
 
     summary["memory"] = {}
     for f in (1, 2, 8):

@@ -190,7 +190,7 @@ def test_tensor_axis_must_divide_the_heads():
 
     from jax.sharding import AbstractMesh
 
-    from poad_jax.distributed.sharding import MESH_AXES, check_tensor_split
+    from poad_jax.parallel.sharding import MESH_AXES, check_tensor_split
 
     gqa = SimpleNamespace(num_attention_heads=32, num_key_value_heads=8)
     check_tensor_split(gqa, None)
@@ -220,16 +220,18 @@ def _worker(out: pathlib.Path) -> None:
     import jax.numpy as jnp
     from flax import nnx
 
-    from poad_jax import distributed as dist
-    from poad_jax.config import learner_config
-    from poad_jax.distributed.memory import abstract_token_batch
-    from poad_jax.distributed.sharding import activation_constraint
-    from poad_jax.distributed.update import constrained_graph
-    from poad_jax.learner import build_update, init_train_state, policy_outputs
-    from poad_jax.methods import make_method
+    from poad_jax import parallel as dist
+
+    from poad_jax.agent import sharded_update as sharded
+    from poad_jax.run.config import learner_config
+    from poad_jax.bench._update_memory import abstract_token_batch
+    from poad_jax.parallel.sharding import activation_constraint
+    from poad_jax.agent.sharded_update import constrained_graph
+    from poad_jax.agent.learner import build_update, init_train_state, policy_outputs
+    from poad_jax.agent.methods import make_method
     from poad_jax.models.tiny import WordTokenizer, tiny_random_model
-    from poad_jax.policy import ValueHead, split_policy
-    from poad_jax.rollout import behaviour_statistics, make_token_batch
+    from poad_jax.core.policy import ValueHead, split_policy
+    from poad_jax.agent.experience import behaviour_statistics, make_token_batch
     from test_sharding import _synthetic_rollout
 
     jax.config.update("jax_default_matmul_precision", "highest")
@@ -258,7 +260,7 @@ def _worker(out: pathlib.Path) -> None:
         args = (dist.abstract_like(state, dist.tree_shardings(state, rules, mesh)),
                 dist.abstract_like(frozen, dist.tree_shardings(frozen, rules, mesh)),
                 dist.abstract_like(batch, dist.batch_shardings(batch, mesh)))
-        update, _ = dist.make_sharded_update_fn(graph, method, config, mesh, constrain_activations=hook)
+        update, _ = sharded.make_sharded_update_fn(graph, method, config, mesh, constrain_activations=hook)
         summary["collectives"][name] = typed_collectives(update.lower(*args).compile().as_text())
 
     graph, frozen, params = policy()
@@ -270,7 +272,7 @@ def _worker(out: pathlib.Path) -> None:
         graph, frozen, params = policy()
         state = jax.eval_shape(lambda p: init_train_state(p, config, jax.random.key(0)), params)
         batch = abstract_token_batch(AUDIT_ROWS, AUDIT_THREADS, AUDIT_PROMPT, AUDIT_ACTION, HIDDEN)
-        dist.make_sharded_update_fn(graph, method, config, dist.make_mesh(1, 2, 4))[0].lower(state, frozen, batch)
+        sharded.make_sharded_update_fn(graph, method, config, dist.make_mesh(1, 2, 4))[0].lower(state, frozen, batch)
         summary["tensor_error"] = None
     except ValueError as error:
         summary["tensor_error"] = str(error)
@@ -304,14 +306,14 @@ def _worker(out: pathlib.Path) -> None:
         single, _ = build_update(graph, method, config, row_groups=FSDP)
         state = init_train_state(copy(params), config, jax.random.key(0))
         record(f"single_{name}", *jax.jit(single, donate_argnums=(0,))(state, frozen, batch), params)
-        fr, pr = dist.shard_policy(frozen, copy(params), mesh)
-        update, _ = dist.make_sharded_update_fn(graph, method, config, mesh)
-        state = dist.shard_train_state(init_train_state(copy(pr), config, jax.random.key(0)), mesh)
+        fr, pr = sharded.shard_policy(frozen, copy(params), mesh)
+        update, _ = sharded.make_sharded_update_fn(graph, method, config, mesh)
+        state = sharded.shard_train_state(init_train_state(copy(pr), config, jax.random.key(0)), mesh)
         record(name, *update(state, fr, dist.shard_batch(batch, mesh)), params)
 
     # The first ratio: behaviour statistics (with and without the hook) against the learner's log-probs.
     graph, frozen, params = policy()
-    fr, pr = dist.shard_policy(frozen, copy(params), mesh)
+    fr, pr = sharded.shard_policy(frozen, copy(params), mesh)
     hooked = constrained_graph(graph, mesh)
     rows, next_rows = dist.shard_batch(arrays, mesh), dist.shard_batch(next_arrays, mesh)
     learner_logprobs = jax.jit(lambda fr, pr, batch: policy_outputs(hooked, fr, pr, batch, method, config))

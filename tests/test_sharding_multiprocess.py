@@ -95,13 +95,15 @@ def _worker(out: pathlib.Path, mode: str, port: int | None = None, rank: int | N
     from flax import nnx
     from jax.experimental import multihost_utils
 
-    from poad_jax import distributed as dist
-    from poad_jax.config import learner_config
-    from poad_jax.learner import init_train_state
-    from poad_jax.methods import make_method
+    from poad_jax import parallel as dist
+
+    from poad_jax.agent import sharded_update as sharded
+    from poad_jax.run.config import learner_config
+    from poad_jax.agent.learner import init_train_state
+    from poad_jax.agent.methods import make_method
     from poad_jax.models.tiny import tiny_random_model
-    from poad_jax.policy import ValueHead, split_policy
-    from poad_jax.rollout import behaviour_statistics, make_token_batch
+    from poad_jax.core.policy import ValueHead, split_policy
+    from poad_jax.agent.experience import behaviour_statistics, make_token_batch
     from tests.test_sharding import _synthetic_rollout
 
     model, _ = tiny_random_model(hidden_size=40)
@@ -117,7 +119,7 @@ def _worker(out: pathlib.Path, mode: str, port: int | None = None, rank: int | N
     mesh = dist.make_mesh(8, 1, 1)
     config = learner_config(gamma=0.95, temperature=1.0, num_minibatches=2, accumulation_steps=2, epochs=2, actor_lr=1e-2,
                            critic_lr=1e-2, target_kl=float("inf"))
-    fr, pr = dist.shard_policy(frozen, params, mesh)  # identical host values on every process
+    fr, pr = sharded.shard_policy(frozen, params, mesh)  # identical host values on every process
 
     def global_rows(tree):
         """This process's threads (thread-major rows) -> global arrays split over the mesh."""
@@ -132,8 +134,8 @@ def _worker(out: pathlib.Path, mode: str, port: int | None = None, rank: int | N
     stats = behaviour_statistics(graph, fr, pr, pr["head"], rows, next_rows, method=method, temperature=1.0,
                                  critic_kind="head")
     batch = make_token_batch(rows, stats)
-    update, _ = dist.make_sharded_update_fn(graph, method, config, mesh)
-    state = dist.init_sharded_train_state(pr, config, jax.random.key(0), mesh)
+    update, _ = sharded.make_sharded_update_fn(graph, method, config, mesh)
+    state = sharded.init_sharded_train_state(pr, config, jax.random.key(0), mesh)
     state, metrics = update(state, fr, batch)
     gathered = multihost_utils.process_allgather(state.params, tiled=True) if mode == "multi" else \
         jax.device_get(state.params)
@@ -146,7 +148,7 @@ def _worker(out: pathlib.Path, mode: str, port: int | None = None, rank: int | N
         "params": flat, "change": change, "process_count": jax.process_count(),
         "local_devices": jax.local_device_count(), "global_devices": jax.device_count(),
     }
-    from poad_jax import checkpoint as checkpoint_lib
+    from poad_jax.run import checkpoint as checkpoint_lib
 
     if mode == "multi":
         writer = checkpoint_lib.RunCheckpointer(out / "multi_run")
@@ -158,7 +160,7 @@ def _worker(out: pathlib.Path, mode: str, port: int | None = None, rank: int | N
         for target, target_mesh in (("one_device", None), ("dp8", mesh)):
             template = init_train_state(jax.tree.map(jnp.asarray, params), config, jax.random.key(5))
             if target_mesh is not None:
-                template = dist.shard_train_state(template, target_mesh)
+                template = sharded.shard_train_state(template, target_mesh)
             reader = checkpoint_lib.RunCheckpointer(out / "multi_run", create=False)
             restored, _ = reader.restore(template)
             reader.close()

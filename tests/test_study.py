@@ -23,7 +23,8 @@ import time
 import numpy as np
 import pytest
 
-from poad_jax import study as study_lib
+from poad_jax.run import config as config_lib
+from poad_jax.tools.study import report, scheduler, spec
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -164,7 +165,7 @@ def test_kill_9_of_the_runner_kills_its_trainer_and_a_rerun_resumes(tmp_path):
     assert [r["update"] for r in records] == [1, 2, 3, 4, 5, 6]
     cell = json.loads((cell_dir / "cell.json").read_text())
     assert cell["status"] == "done"
-    assert cell["commits"] == [study_lib.repo_commit()]  # both launches at this checkout's commit, listed once
+    assert cell["commits"] == [scheduler.repo_commit()]  # both launches at this checkout's commit, listed once
     sessions = json.loads((workdir / "study.json").read_text())["sessions"]
     assert [s["ended"] for s in sessions] == [False, True] and all(s["cells_run"] == 1 for s in sessions)
 
@@ -198,26 +199,26 @@ def test_one_line_errors(tmp_path, finished_grid):
 
 
 def test_changed_cell_settings_are_refused_but_more_env_steps_resume(tmp_path):
-    study = study_lib.load_study(write_study(tmp_path, name="s", updates=1, methods=("poad",), seeds=(0,)))
-    cells = study_lib.grid(study)
+    study = spec.load_study(write_study(tmp_path, name="s", updates=1, methods=("poad",), seeds=(0,)))
+    cells = spec.grid(study)
     workdir = tmp_path / "w"
-    study_lib.prepare_workdir(study, workdir, cells)
+    scheduler.prepare_workdir(study, workdir, cells)
     cell_dir = workdir / "cells" / cells[0].name
     cell_dir.mkdir(parents=True)
-    study_lib.write_json_atomic(cell_dir / "cell.json", {"overrides": {**cells[0].overrides, "ppo.gamma": 0.5}})
-    with pytest.raises(study_lib.StudyError, match="ppo.gamma"):
-        study_lib.prepare_workdir(study, workdir, cells)
-    study_lib.write_json_atomic(cell_dir / "cell.json", {"overrides": {**cells[0].overrides, "total_env_steps": 8}})
-    study_lib.prepare_workdir(study, workdir, cells)  # total_env_steps may grow: the trainer continues
+    scheduler.write_json_atomic(cell_dir / "cell.json", {"overrides": {**cells[0].overrides, "ppo.gamma": 0.5}})
+    with pytest.raises(spec.StudyError, match="ppo.gamma"):
+        scheduler.prepare_workdir(study, workdir, cells)
+    scheduler.write_json_atomic(cell_dir / "cell.json", {"overrides": {**cells[0].overrides, "total_env_steps": 8}})
+    scheduler.prepare_workdir(study, workdir, cells)  # total_env_steps may grow: the trainer continues
 
 
 def test_smoothing_band_and_final_value_are_plain_formulas():
     values = np.array([1.0, np.nan, 3.0, 5.0])
-    np.testing.assert_allclose(study_lib.smooth(values, 2), [1.0, 1.0, 3.0, 4.0])
+    np.testing.assert_allclose(report.smooth(values, 2), [1.0, 1.0, 3.0, 4.0])
     records = [{"env_steps": 10 * (i + 1), "r": v} for i, v in enumerate([0.0, 1.0, None, 2.0, 4.0])]
-    assert study_lib.final_value(records, "r", fraction=0.3) == pytest.approx(3.0)  # steps 40, 50
-    assert study_lib.steps_to_threshold(records, "r", 1.5, window=1) == 40
-    steps, mean, std = study_lib.band([(np.array([0.0, 1.0]), np.array([1.0, 3.0])),
+    assert report.final_value(records, "r", fraction=0.3) == pytest.approx(3.0)  # steps 40, 50
+    assert report.steps_to_threshold(records, "r", 1.5, window=1) == 40
+    steps, mean, std = report.band([(np.array([0.0, 1.0]), np.array([1.0, 3.0])),
                                        (np.array([0.0, 1.0]), np.array([3.0, 5.0]))], window=1)
     np.testing.assert_allclose(mean, [2.0, 4.0])
     np.testing.assert_allclose(std, [1.0, 1.0])
@@ -235,26 +236,26 @@ def test_a_sibling_study_reuses_finished_cells_with_the_same_trainer_config(fini
     assert result.stdout.count("reused ") == 4
     different = write_study(workdir.parent.parent, name="different", methods=("poad",), seeds=(0,),
                             extra_axes=', "ppo.gamma": [0.9]')
-    study = study_lib.load_study(different)
-    config = study_lib.cell_config(study, study_lib.grid(study)[0])
-    assert study_lib.find_reusable(workdir.parent / "different", config, 32) is None
+    study = spec.load_study(different)
+    config = spec.cell_config(study, spec.grid(study)[0])
+    assert scheduler.find_reusable(workdir.parent / "different", config, 32) is None
 
 
 def test_cells_train_seed_major_so_an_interrupted_study_covers_every_configuration(tmp_path):
-    study = study_lib.load_study(write_study(tmp_path, methods=("poad", "ntpo", "twosome"), seeds=(3, 1, 2)))
-    order = [(cell.group[0][1], cell.seed) for cell in study_lib.seed_major(study_lib.grid(study), study.seeds)]
+    study = spec.load_study(write_study(tmp_path, methods=("poad", "ntpo", "twosome"), seeds=(3, 1, 2)))
+    order = [(cell.group[0][1], cell.seed) for cell in scheduler.seed_major(spec.grid(study), study.seeds)]
     assert order == [(m, s) for s in (3, 1, 2) for m in ("POAD", "NTPO", "TWOSOME")]
 
 
 def test_a_group_without_any_ended_episode_plots_an_empty_curve_rather_than_failing():
     no_episode_yet = np.array([np.nan, np.nan, np.nan, np.nan])
-    steps, mean, std = study_lib.band([(np.array([32.0, 64.0, 96.0, 128.0]), no_episode_yet)] * 2, window=2)
+    steps, mean, std = report.band([(np.array([32.0, 64.0, 96.0, 128.0]), no_episode_yet)] * 2, window=2)
     np.testing.assert_array_equal(steps, [32.0, 64.0, 96.0, 128.0])
     assert mean.shape == std.shape == (4,) and np.isnan(mean).all() and np.isnan(std).all()
 
 
 def test_a_study_workdir_is_recognised_from_another_checkout_but_not_as_another_study(tmp_path):
-    study = study_lib.load_study(write_study(tmp_path))
+    study = spec.load_study(write_study(tmp_path))
     assert study.identity()["base_config"] == "configs/toy.py"  # relative: a moved clone still matches
     elsewhere = {"identity": {"name": study.name, "base_config": "/old/clone/configs/toy.py"}}
     assert study.recorded_in(elsewhere) and study.recorded_in({"identity": study.identity()})
@@ -274,7 +275,7 @@ def _fake_cell(workdir: pathlib.Path, name: str, records: list[dict], status: st
 def test_the_report_counts_finished_cells_and_lists_running_ones_with_their_time(tmp_path):
     """Group rows use finished cells only; the per-cell table shows every cell with its first success
     and the summed per-update seconds (a cell resumed across sessions keeps all its time)."""
-    study = study_lib.load_study(write_study(tmp_path, updates=4, seeds=(0,)))  # 64 env steps per cell
+    study = spec.load_study(write_study(tmp_path, updates=4, seeds=(0,)))  # 64 env steps per cell
     workdir = tmp_path / "runs"
     rng = np.random.default_rng(0)
 
@@ -283,13 +284,13 @@ def test_the_report_counts_finished_cells_and_lists_running_ones_with_their_time
         for u in range(1, updates + 1):
             out.append({"update": u, "env_steps": 16 * u, "episodes": 2 * u,
                         "episode_return": float(rng.uniform()), "success_rate": 0.5 if u >= succeed_from else 0.0,
-                        **{key: float(rng.uniform(1, 10)) for key in study_lib.PHASE_SECONDS}})
+                        **{key: float(rng.uniform(1, 10)) for key in report.PHASE_SECONDS}})
         return out
 
     poad, ntpo = records(4, succeed_from=3), records(2, succeed_from=2)
     _fake_cell(workdir, "POAD__seed=0", poad, "done")
     _fake_cell(workdir, "NTPO__seed=0", ntpo, "running")  # interrupted at 32 of 64 env steps
-    study_lib.write_report(study, workdir)
+    report.write_report(study, workdir)
     text = (workdir / "report.md").read_text()
     rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in text.splitlines())
             if c and c[0] in ("POAD", "NTPO", "POAD__seed=0", "NTPO__seed=0")}
@@ -297,20 +298,20 @@ def test_the_report_counts_finished_cells_and_lists_running_ones_with_their_time
     assert rows["POAD__seed=0"][1] == "done" and rows["NTPO__seed=0"][1] == "running (32 of 64)"
     assert rows["POAD__seed=0"][4] == "48" and rows["NTPO__seed=0"][4] == "32"  # first update with a success
     for name, recs in (("POAD__seed=0", poad), ("NTPO__seed=0", ntpo)):
-        total = sum(r[key] for r in recs for key in study_lib.PHASE_SECONDS)
-        assert rows[name][7] == study_lib._format_seconds(total)
+        total = sum(r[key] for r in recs for key in report.PHASE_SECONDS)
+        assert rows[name][7] == scheduler.format_seconds(total)
         assert rows[name][3] == str(recs[-1]["episodes"])
 
 
 def test_a_report_before_any_cell_finishes_has_its_tables_and_no_figures(tmp_path):
     """With every cell still running the report is written (tables, no seed bands), says so, links no
     figure and leaves none from an earlier report behind; a finished cell brings the figures back."""
-    study = study_lib.load_study(write_study(tmp_path, updates=2, seeds=(0,)))
+    study = spec.load_study(write_study(tmp_path, updates=2, seeds=(0,)))
     workdir = tmp_path / "runs"
     record = {"update": 1, "env_steps": 16, "episodes": 1, "episode_return": 0.5, "success_rate": 1.0}
     _fake_cell(workdir, "POAD__seed=0", [record], "running")
     (workdir / "return.png").write_bytes(b"stale")
-    study_lib.write_report(study, workdir)
+    report.write_report(study, workdir)
     text = (workdir / "report.md").read_text()
     assert "| POAD__seed=0 | running (16 of 32) |" in text
     assert "No cell has finished yet" in text and ".png" not in text
@@ -318,7 +319,7 @@ def test_a_report_before_any_cell_finishes_has_its_tables_and_no_figures(tmp_pat
     (workdir / "cells" / "POAD__seed=0" / "metrics.jsonl").write_text(
         "".join(json.dumps({**record, "update": u, "env_steps": 16 * u}) + "\n" for u in (1, 2)))
     (workdir / "cells" / "POAD__seed=0" / "cell.json").write_text(json.dumps({"status": "done"}))
-    study_lib.write_report(study, workdir)
+    report.write_report(study, workdir)
     assert "![return](return.png)" in (workdir / "report.md").read_text()
     assert (workdir / "return.png").stat().st_size > 1000 and (workdir / "success.png").exists()
 
@@ -326,15 +327,15 @@ def test_a_report_before_any_cell_finishes_has_its_tables_and_no_figures(tmp_pat
 def test_publish_takes_the_commit_before_writing_its_own_files(tmp_path, monkeypatch):
     """Publishing into a checkout must not record it as `-dirty` because of the files it is publishing:
     the provenance line is taken before the first figure or page is written."""
-    study = study_lib.load_study(write_study(tmp_path, updates=1, seeds=(0,)))
+    study = spec.load_study(write_study(tmp_path, updates=1, seeds=(0,)))
     workdir, published = tmp_path / "runs", tmp_path / "published"
     record = {"update": 1, "env_steps": 16, "episodes": 1, "episode_return": 0.5, "success_rate": 1.0}
     _fake_cell(workdir, "POAD__seed=0", [record], "done")
-    study_lib.write_report(study, workdir)
+    report.write_report(study, workdir)
     seen = []
-    monkeypatch.setattr(study_lib, "provenance",
+    monkeypatch.setattr(report, "provenance",
                         lambda study, workdir: seen.append(sorted(p.name for p in published.iterdir())) or "LINE")
-    path = study_lib.publish(study, workdir, published)
+    path = report.publish(study, workdir, published)
     assert seen == [[]]
     assert path.read_text().endswith("\nLINE\n") and (published / f"{study.name}_return.png").exists()
 
@@ -342,7 +343,7 @@ def test_publish_takes_the_commit_before_writing_its_own_files(tmp_path, monkeyp
 def test_provenance_names_each_cells_commits_and_counts_cut_off_invocations(tmp_path):
     """The published line says which commits the cells ran at (cells resumed across commits list each),
     which cells predate that record, and the wall time of every invocation, cut-off ones included."""
-    study = study_lib.load_study(write_study(tmp_path, updates=1, methods=("poad", "ntpo", "twosome"), seeds=(0,)))
+    study = spec.load_study(write_study(tmp_path, updates=1, methods=("poad", "ntpo", "twosome"), seeds=(0,)))
     workdir = tmp_path / "runs"
     record = [{"update": 1, "env_steps": 16, "episodes": 1, "episode_return": 0.0, "success_rate": 0.0}]
     for name, commits in (("POAD__seed=0", ["abc1234", "def5678"]), ("NTPO__seed=0", ["abc1234"]),
@@ -355,16 +356,16 @@ def test_provenance_names_each_cells_commits_and_counts_cut_off_invocations(tmp_
         {"started": "2026-11-21T10:00:00Z", "seconds": 50.0, "cells_run": 1, "ended": False},
         {"started": "2026-11-22T10:00:00Z", "seconds": 30.0, "cells_run": 1, "ended": True},
     ]}))
-    line = study_lib.provenance(study, workdir)
+    line = report.provenance(study, workdir)
     assert "the cells' commits: abc1234 (2 cells), def5678 (1 cell), not recorded for 1 cell" in line
     assert "run 2026-11-20 to 2026-11-22; wall time 3m00s over 3 invocation(s), 1 of them cut off" in line
-    assert f"report at {study_lib.repo_commit()};" in line
+    assert f"report at {scheduler.repo_commit()};" in line
 
 
 def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
     """Report option `steps` (DataSciCoding: runnable programs and their AUC): counts, fraction, the mean
     reward of succeeded steps weighted by step (all and last 25%), the best reward; rows parsed back."""
-    study = study_lib.load_study(write_study(
+    study = spec.load_study(write_study(
         tmp_path, updates=4, seeds=(0,), extra_report=', "final_fraction": 0.25, '
         '"steps": {"succeeded": "runnable", "reward": "AUC"}'))
     workdir = tmp_path / "runs"
@@ -377,7 +378,7 @@ def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
                for u, (k, m) in enumerate(zip(counts, means))]
     _fake_cell(workdir, "POAD__seed=0", records, "done")
     _fake_cell(workdir, "NTPO__seed=0", records[:2], "running")
-    study_lib.write_report(study, workdir)
+    report.write_report(study, workdir)
     text = (workdir / "report.md").read_text()
     assert "| cell | status | env steps | runnable | fraction runnable | mean AUC of runnable |" in text
     rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in text.splitlines())
@@ -389,19 +390,19 @@ def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
     assert rows["NTPO__seed=0"][3:] == ["3", f"{3 / 32:.3f}", f"{means[1]:.3f}", f"{means[1]:.3f}",
                                         f"{means[1]:.3f}"]
     (tmp_path / "plain").mkdir()
-    plain = study_lib.load_study(write_study(tmp_path / "plain", updates=4, seeds=(0,)))
-    assert study_lib.step_outcome_table(plain, workdir) == []
+    plain = spec.load_study(write_study(tmp_path / "plain", updates=4, seeds=(0,)))
+    assert report.step_outcome_table(plain, workdir) == []
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "studies").glob("*.py")), ids=lambda p: p.stem)
 def test_every_study_of_the_repository_builds_a_valid_config_for_each_cell(path):
     """The shipped study files (docs/results.md's commands) load, and every cell's trainer config passes
     the trainer's validation, so a misspelt override fails here rather than hours into a study."""
-    study = study_lib.load_study(path)
-    cells = study_lib.grid(study)
+    study = spec.load_study(path)
+    cells = spec.grid(study)
     assert cells and len({cell.name for cell in cells}) == len(cells)
     for cell in cells:
-        study_lib.cell_config(study, cell)
+        spec.cell_config(study, cell)
 
 
 PUBLISHED = REPO / "docs" / "results" / "raw"  # snapshots of the paper-task studies' cells
@@ -412,20 +413,20 @@ def test_a_published_study_still_builds_the_cells_it_ran(name):
     """Its study file and base config still describe the published cells: the workdir is recognised as
     this study's, and every cell's trainer config equals the config.json it ran with (fields added to
     the trainer since count at their defaults), so re-running the study resumes rather than refusing."""
-    from poad_jax import train
+    from poad_jax.run import rundir
 
-    study = study_lib.load_study(REPO / "studies" / f"{name}.py")
+    study = spec.load_study(REPO / "studies" / f"{name}.py")
     assert study.recorded_in(json.loads((PUBLISHED / name / "study.json").read_text()))
     compared = 0
-    for cell in study_lib.grid(study):
+    for cell in spec.grid(study):
         recorded = PUBLISHED / name / cell.name / "config.json"
         if not recorded.is_file():  # a cell reused from a sibling study: only a note is kept
             continue
         ran = json.loads(recorded.read_text())
-        refused, safe = train.config_differences(ran, train.config_as_json(study_lib.cell_config(study, cell)))
+        refused, safe = rundir.config_differences(ran, rundir.config_as_json(spec.cell_config(study, cell)))
         assert refused == [], (cell.name, refused)
         changed = {field: old for field, (old, _) in safe.items()
-                   if old is not None and field not in study_lib.RESUMABLE_FIELDS}  # a first pass ran fewer steps
+                   if old is not None and config_lib.resumable_kind(field) != "length"}  # a first pass ran fewer steps
         assert changed == {}, (cell.name, safe)
         compared += 1
     assert compared
@@ -434,21 +435,21 @@ def test_a_published_study_still_builds_the_cells_it_ran(name):
 def test_a_finished_cell_recorded_before_a_config_field_existed_is_reused_at_that_fields_default(tmp_path):
     """A cell's config.json written by an older trainer lacks later fields (`mesh`, `distributed`): it ran as
     their defaults, so it matches a cell at the defaults and not one that sets such a field otherwise."""
-    study = study_lib.load_study(write_study(tmp_path, updates=1, methods=("poad",), seeds=(0,)))
-    config = study_lib.cell_config(study, study_lib.grid(study)[0])
+    study = spec.load_study(write_study(tmp_path, updates=1, methods=("poad",), seeds=(0,)))
+    config = spec.cell_config(study, spec.grid(study)[0])
     old_cell = tmp_path / "runs" / "older" / "cells" / "POAD__seed=0"
     recorded = json.loads(config.to_json_best_effort())
     assert recorded["mesh"] == {"data": 1, "fsdp": 1, "tensor": 1}
     del recorded["mesh"], recorded["distributed"]
     _fake_cell(old_cell.parent.parent, old_cell.name, [{"update": 1, "env_steps": 16}], "done")
-    study_lib.write_json_atomic(old_cell / "config.json", recorded)
+    scheduler.write_json_atomic(old_cell / "config.json", recorded)
     workdir = tmp_path / "runs" / "newer"
-    assert study_lib.find_reusable(workdir, config, 16) == old_cell
+    assert scheduler.find_reusable(workdir, config, 16) == old_cell
     config.mesh.fsdp = 2
-    assert study_lib.find_reusable(workdir, config, 16) is None
+    assert scheduler.find_reusable(workdir, config, 16) is None
     config.mesh.fsdp = 1
     config.seed = 1  # a field the old cell did record, set otherwise
-    assert study_lib.find_reusable(workdir, config, 16) is None
+    assert scheduler.find_reusable(workdir, config, 16) is None
 
 
 def test_a_first_pass_trains_every_cell_up_to_n_env_steps_and_a_rerun_continues_them(tmp_path):
@@ -461,13 +462,19 @@ def test_a_first_pass_trains_every_cell_up_to_n_env_steps_and_a_rerun_continues_
     cells = sorted((workdir / "cells").iterdir())
     assert len(cells) == 2 and all(not c.is_symlink() for c in cells)
     for cell in cells:
-        records = study_lib.read_records(cell)
+        records = scheduler.read_records(cell)
         assert [r["env_steps"] for r in records] == [16]
     second = run_cli(f"--study={study_file}", f"--workdir={workdir}")
     assert second.returncode == 0, second.stderr[-2000:]
     for cell in cells:
-        records = study_lib.read_records(cell)
+        records = scheduler.read_records(cell)
         assert [r["env_steps"] for r in records] == [16, 32]  # continued: update 1 kept, update 2 added
-        assert study_lib.cell_finished(cell, 32)
+        assert scheduler.cell_finished(cell, 32)
     bad = run_cli(f"--study={study_file}", f"--workdir={workdir}", "--up-to=0")
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --up-to must be >= 1 env step, got 0"
+
+
+def test_a_study_file_naming_the_theory_module_where_it_was_still_reports():
+    """Study files written before the package's layers name `poad_jax.theory`; it is `poad_jax.tools.theory` now."""
+    old = report._theory_fn("poad_jax.theory:save_or_take_optimum")
+    assert old is report._theory_fn("poad_jax.tools.theory:save_or_take_optimum") is not None

@@ -7,7 +7,7 @@
 - `optimal_return(g)` equals a brute-force search over every deterministic
   policy of the discounted problem (a plain-Python reference).
 - `per_action_discount` follows the methods' backups: the discount that
-  `backups.action_discounts` applies across one action's tokens.
+  `gae.action_discounts` applies across one action's tokens.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import pytest
 
 import envs_py
 from envs_py.synthetic import optimal_return
-from poad_jax import backups, theory
+from poad_jax.core import gae
+from poad_jax.tools import theory
 from poad_jax.models.tiny import WordTokenizer
 
 
@@ -94,9 +95,9 @@ def test_per_action_discount_is_what_the_backup_applies_across_an_action(method,
     else:
         action_end = np.zeros((1, length), bool)
         action_end[0, -1] = True
-        from poad_jax.methods import make_method
+        from poad_jax.agent.methods import make_method
 
-        d = np.asarray(backups.action_discounts(action_end, np.zeros((1, length), bool), gamma,
+        d = np.asarray(gae.action_discounts(action_end, np.zeros((1, length), bool), gamma,
                                                 make_method(method, gamma, gamma_w).gamma_w))
         want = float(np.prod(d))
     assert g == pytest.approx(want, rel=1e-6)

@@ -16,8 +16,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from poad_jax import evaluate, export, train
-from poad_jax.logging import read_metrics
+from poad_jax.tools import evaluate, export
+from poad_jax.run import train
+from poad_jax.run import cli as train_cli
+from poad_jax.run import config as config_lib
+from poad_jax.run.metrics import read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -25,7 +28,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def short_toy_config(updates: int):
-    config = train.load_config_file(REPO / "configs" / "toy.py")
+    config = config_lib.load_config_file(REPO / "configs" / "toy.py")
     config.total_env_steps = config.num_threads * config.rollout_length * updates
     config.tensorboard = False
     config.plot = False
@@ -116,7 +119,7 @@ def test_kill_minus_nine_then_resume(tmp_path):
     ],
 )
 def test_bad_configs_fail_with_one_clear_line(tmp_path, override, message):
-    config = train.load_config_file(REPO / "configs" / "toy.py")
+    config = config_lib.load_config_file(REPO / "configs" / "toy.py")
     key, value = override.removeprefix("--config.").split("=")
     node = config
     *parents, leaf = key.split(".")
@@ -173,7 +176,7 @@ def test_run_writes_logs_and_curves(tmp_path):
 @pytest.mark.slow
 def test_short_real_run_on_embedded_smollm2(tmp_path):
     """A few env steps of the quick DataSciCoding preset: SmolLM2-135M-Instruct on datasci/balance_scale."""
-    config = train.load_config_file(REPO / "configs" / "datasci_smollm2.py")
+    config = config_lib.load_config_file(REPO / "configs" / "datasci_smollm2.py")
     config.num_threads = 2
     config.rollout_length = 2
     config.total_env_steps = 4
@@ -188,7 +191,7 @@ def test_short_real_run_on_embedded_smollm2(tmp_path):
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl"):
         assert np.isfinite(record[key]), key
     assert (tmp_path / "real" / "curves.png").exists()
-    summary = train.summary_text(config, result)  # what the default job prints at its end
+    summary = train_cli.summary_text(config, result)  # what the default job prints at its end
     assert "nan" not in summary.lower() and "of 4 programs ran" in summary and "best program:" in summary
 
 
@@ -219,13 +222,13 @@ TASK_CONFIGS = sorted(p for p in (REPO / "configs").glob("*.py") if p.name not i
 
 @pytest.mark.parametrize("path", TASK_CONFIGS, ids=lambda p: p.name)
 def test_every_config_file_loads_and_validates(path):
-    config = train.load_config_file(path)
-    train.validate_config(config)
+    config = config_lib.load_config_file(path)
+    config_lib.validate(config)
     if path.name in ("datasci.py", "datasci_qwen.py"):  # the default job and the study's preset: the code model
         assert config.model == "qwen2.5-coder-0.5b-instruct" and config.sampling.max_new_tokens == 256
         assert config.matmul_dtype == "bfloat16"
     if path.name.startswith("datasci"):
-        assert config.env.name == train.load_config_file(REPO / "configs" / "datasci.py").env.name
+        assert config.env.name == config_lib.load_config_file(REPO / "configs" / "datasci.py").env.name
     if path.name == "datasci_smollm2.py":
         assert config.model == "smollm2-135m-instruct"
 

@@ -1,4 +1,4 @@
-"""The PyTorch + PEFT side of `bench train_step`: the same PPO step as `poad_jax.learner`.
+"""The PyTorch + PEFT side of `bench train_step`: the same PPO step as `poad_jax.agent.learner`.
 
 Only the benchmarks import this module (torch and peft are the `bench`
 extra).  The step mirrors one POAD update of the learner with one epoch and

@@ -119,10 +119,10 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
     values, rewards, dones and bootstrap values as ADRL's buffer held them)."""
     import jax.numpy as jnp
 
-    from poad_jax.config import default_config, rollout_config
-    from poad_jax.rollout import StepRecord
-    from poad_jax.schemes import ArraysView
-    from poad_jax.token_batch import TokenBatch
+    from poad_jax.run.config import default_config, rollout_config
+    from poad_jax.agent.rollout import StepRecord
+    from poad_jax.agent.experience import make_token_batch
+    from poad_jax.core.token_batch import TokenBatch
 
     meta = case["meta"]
     texts = json.loads(str(case["candidate_texts"]))
@@ -143,7 +143,7 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
     prompt_len = max(len(r.prompt) for r in rows)
     arrays = method.scheme.pack(rows, prompt_len, rconfig, pad_id=0)
     as_jax = {k: jnp.asarray(v) for k, v in arrays.items()}
-    view = ArraysView(as_jax)
+    view = make_token_batch(as_jax)  # the packed rows, without behaviour statistics
     features = method.scheme.critic_features(graph, frozen, actor_lora, view, use_lora=False)
     action_len = arrays["action_mask"].shape[-1]
 
@@ -190,7 +190,7 @@ def _flat_params(tree) -> dict[str, np.ndarray]:
 
 
 def learner_config_of(meta: dict[str, Any], semantics: str):
-    from poad_jax.config import learner_config
+    from poad_jax.run.config import learner_config
 
     adrl = semantics == "adrl"
     return learner_config(
@@ -210,9 +210,9 @@ def check_case(arrays: dict[str, np.ndarray], name: str, semantics: str = "adrl"
     import jax
     from flax import nnx
 
-    from poad_jax.learner import build_update, init_train_state
-    from poad_jax.methods import make_method
-    from poad_jax.policy import ValueHead, split_policy
+    from poad_jax.agent.learner import build_update, init_train_state
+    from poad_jax.agent.methods import make_method
+    from poad_jax.core.policy import ValueHead, split_policy
 
     case = _case(arrays, name)
     meta = case["meta"]

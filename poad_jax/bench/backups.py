@@ -10,8 +10,8 @@ Rows:
                     stream (NumPy scalar reads), as the reference code's
                     formulas are written.
   loop over T       the same loop vectorised over the batch (context only).
-  jit token_gae     `jax.jit(backups.token_gae)` (reverse lax.scan).
-  jit parallel      `jax.jit(backups.token_gae_parallel)` (associative scan).
+  jit token_gae     `jax.jit(gae.token_gae)` (reverse lax.scan).
+  jit parallel      `jax.jit(gae.token_gae_parallel)` (associative scan).
 
 The last line is `{"bench": "backups", "ratio": <median loop per token /
 median jit token_gae on [128, 4096]>, ...}`; `ratio_best` compares the
@@ -29,7 +29,7 @@ from typing import Callable
 import jax
 import numpy as np
 
-from poad_jax import backups
+from poad_jax.core import gae
 
 SHAPES = ((128, 4096), (16, 65536))
 GAMMA = 0.95
@@ -50,7 +50,7 @@ def random_streams(seed: int, batch: int, length: int) -> dict[str, np.ndarray]:
     rewards = np.where(action_end, rng.normal(size=(batch, length)), 0.0).astype(np.float32)
     values = rng.normal(size=(batch, length)).astype(np.float32)
     valid = rng.random((batch, length)) >= PAD_PROBABILITY
-    discounts = np.asarray(backups.action_discounts(action_end, done, GAMMA))
+    discounts = np.asarray(gae.action_discounts(action_end, done, GAMMA))
     bootstrap = rng.normal(size=batch).astype(np.float32)
     return dict(rewards=rewards, values=values, discounts=discounts, valid=valid, bootstrap_value=bootstrap)
 
@@ -98,8 +98,8 @@ def wall_times(run: Callable[[], object], repeats: int) -> tuple[float, float]:
 def measure(batch: int, length: int, jit_repeats: int, loop_repeats: int, seed: int) -> dict:
     streams = random_streams(seed, batch, length)
     on_device = {name: jax.device_put(array) for name, array in streams.items()}
-    scan = jax.jit(backups.token_gae)
-    parallel = jax.jit(backups.token_gae_parallel)
+    scan = jax.jit(gae.token_gae)
+    parallel = jax.jit(gae.token_gae_parallel)
 
     def block(outputs):
         return jax.block_until_ready(outputs)

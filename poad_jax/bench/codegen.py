@@ -23,7 +23,9 @@ import jax
 import numpy as np
 
 import envs_py
-from poad_jax import train
+from poad_jax.run import train
+from poad_jax.run import build
+from poad_jax.run import config as config_lib
 from poad_jax.sampling import Sampler, SamplingConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -33,9 +35,9 @@ CONFIG = REPO / "configs" / "datasci.py"
 def sample_programs(model_name: str, samples: int, batch: int, seed: int,
                     max_new_tokens: int | None = None) -> tuple[list[str], list[int], list[bool], float]:
     """(programs, their lengths in tokens, whether each was cut off by max_new_tokens, seconds)."""
-    config = train.load_config_file(CONFIG)
+    config = config_lib.load_config_file(CONFIG)
     config.model = model_name
-    model, tokenizer = train.load_model(config)
+    model, tokenizer = build.load_model(config)
     env = envs_py.make(config.env.name, **dict(config.env.kwargs))
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": env.reset(seed=0).text}])
     sampling = SamplingConfig(
@@ -57,7 +59,7 @@ def sample_programs(model_name: str, samples: int, batch: int, seed: int,
 
 
 def score_programs(texts: list[str]) -> list[dict]:
-    config = train.load_config_file(CONFIG)
+    config = config_lib.load_config_file(CONFIG)
     results = []
     for text in texts:
         env = envs_py.make(config.env.name, **dict(config.env.kwargs, max_attempts=1))
@@ -69,7 +71,7 @@ def score_programs(texts: list[str]) -> list[dict]:
 
 
 def iteration_seconds(model_name: str) -> dict[str, float]:
-    config = train.load_config_file(CONFIG)
+    config = config_lib.load_config_file(CONFIG)
     config.model = model_name
     config.tensorboard = False
     config.plot = False
@@ -88,7 +90,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--iteration", action="store_true", help="also time one PPO iteration per model")
     parser.add_argument("--show", type=int, default=0, help="print the first N programs and their outcomes")
     args = parser.parse_args(argv)
-    max_new_tokens = args.max_new_tokens or int(train.load_config_file(CONFIG).sampling.max_new_tokens)
+    max_new_tokens = args.max_new_tokens or int(config_lib.load_config_file(CONFIG).sampling.max_new_tokens)
     summary = {"bench": "codegen", "samples": args.samples, "max_new_tokens": max_new_tokens, "models": {}}
     print(f"{'model':<30}{'success':>9}{'mean AUC':>10}{'cut off':>9}{'longest':>9}{'gen s':>8}")
     for name in args.models.split(","):

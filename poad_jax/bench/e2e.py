@@ -1,6 +1,6 @@
 """`python -m poad_jax.bench e2e --config=configs/datasci.py`: the whole training loop's speed.
 
-Runs a short training (`--updates` PPO updates through `poad_jax.train.run`,
+Runs a short training (`--updates` PPO updates through `poad_jax.run.train.run`,
 in a temporary workdir unless `--workdir` is given; checkpoints, TensorBoard
 and plots off) and reports seconds per 1k env steps of the whole loop and
 its split between sampling (the jit sampler), the environment, the behaviour
@@ -22,7 +22,7 @@ steps to the first's, and each side's compilation counts.
 gives TWOSOME's per-candidate computation (every candidate runs the whole
 prompt again) instead of one prompt encoding per state.
 
-Roofline: the records' matmul FLOPs (`flops_*`, counted by `poad_jax.flops`
+Roofline: the records' matmul FLOPs (`flops_*`, counted by `poad_jax.core.flops`
 from the model config and the padded shapes each pass ran) per env step,
 against the machine's matmul throughput measured here (a `[2048, 2048] x
 [2048, 2048]` matmul in the run's matmul dtype, as the model runs its
@@ -192,8 +192,8 @@ def main(argv: list[str]) -> int:
             print("error: --rounds must be >= 1", file=sys.stderr)
             return 2
         return side_by_side(argv, values.versus, int(values.rounds))
-    from poad_jax import logging as run_logging
-    from poad_jax import train
+    from poad_jax.run import metrics as run_logging
+    from poad_jax.run import train
 
     config = values.config
     updates = int(values.updates)

@@ -2,7 +2,7 @@
 PPO update on device meshes, for LLaMA-7B and a 34B shape, from shapes alone.
 
 No weights are made: the model, train state and TokenBatch are
-ShapeDtypeStructs carrying their shardings (`poad_jax.distributed.memory`);
+ShapeDtypeStructs carrying their shardings (`poad_jax.bench._update_memory`);
 the sharded update is lowered and compiled for each mesh and XLA's
 `memory_analysis()` gives one device's bytes.  On CPU the meshes are made of
 host devices (`--cpu-devices`, default 8); on a GPU node, of its GPUs.
@@ -79,8 +79,8 @@ def main(argv: list[str]) -> int:
         jax.config.update("jax_num_cpu_devices", args.cpu_devices)
     except RuntimeError:
         pass
-    from poad_jax import distributed as dist
-    from poad_jax.distributed.memory import update_memory
+    from poad_jax import parallel as dist
+    from poad_jax.bench._update_memory import update_memory
 
     devices = jax.devices()
     print(f"compiled PPO update per device on {devices[0].platform} ({len(devices)} devices), {args.dtype} base, "

@@ -7,7 +7,7 @@ features.  One POAD update with one epoch and one minibatch on both sides:
 GAE, forward through the LoRA actor (logits at the action columns only),
 clipped policy loss + clipped value loss + entropy bonus, backward, global
 norm clipping at 0.5, one Adam step per optimiser (`_torch_reference.py`
-states the PyTorch step; ours is `poad_jax.learner.make_update_fn`).
+states the PyTorch step; ours is `poad_jax.agent.learner.make_update_fn`).
 
 Both sides load the same Hugging Face directory (the embedded model's
 conversion, or with `--random-weights` a random model of the same shapes)
@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 
-from poad_jax import flops
+from poad_jax.core import flops
 from poad_jax.bench import _sides
 from poad_jax.bench._shapes import SHAPES, build_random_model
 from poad_jax.models.llama import REMAT_POLICIES
@@ -82,13 +82,13 @@ def run_jax(directory: str, args) -> dict:
     import jax.numpy as jnp
     from flax import nnx
 
-    from poad_jax import learner as learner_lib
-    from poad_jax.config import learner_config
-    from poad_jax.methods import make_method
+    from poad_jax.agent import learner as learner_lib
+    from poad_jax.run.config import learner_config
+    from poad_jax.agent.methods import make_method
     from poad_jax.models import hf_io
     from poad_jax.models.llama import LoraConfig
-    from poad_jax.policy import ValueHead, action_logprobs, split_policy
-    from poad_jax.token_batch import TokenBatch
+    from poad_jax.core.policy import ValueHead, action_logprobs, split_policy
+    from poad_jax.core.token_batch import TokenBatch
 
     lora = LoraConfig(rank=8, alpha=16.0, targets=("q_proj", "v_proj"))
     matmul_dtype = None if args.matmul_dtype == "float32" else jnp.dtype(args.matmul_dtype)
@@ -177,7 +177,8 @@ def jax_phases(graph, frozen, state, batch, method, lconfig, repeats: int) -> di
     """Median seconds of forward (loss), forward + backward, and the gap to the whole update."""
     import jax
 
-    from poad_jax import learner as learner_lib, losses
+    from poad_jax.agent import learner as learner_lib
+    from poad_jax.core import losses
 
     advantages, returns = learner_lib.compute_advantages(batch, method, lconfig)
 

@@ -60,7 +60,7 @@ def synthetic_batch(variant: str, args, vocab: int, hidden: int):
     import jax.numpy as jnp
     import numpy as np
 
-    from poad_jax.token_batch import TokenBatch
+    from poad_jax.core.token_batch import TokenBatch
 
     rng = np.random.default_rng(0)
     rows, prompt_len, action_len, k = args.threads * args.steps_per_thread, args.prompt, args.action, args.candidates
@@ -112,12 +112,12 @@ def measure(variant: str, args) -> dict:
     import jax.numpy as jnp
     from flax import nnx
 
-    from poad_jax import learner as learner_lib
+    from poad_jax.agent import learner as learner_lib
     from poad_jax.bench._shapes import build_random_model
-    from poad_jax.config import learner_config
-    from poad_jax.methods import make_method
+    from poad_jax.run.config import learner_config
+    from poad_jax.agent.methods import make_method
     from poad_jax.models.llama import LoraConfig
-    from poad_jax.policy import ValueHead, split_policy
+    from poad_jax.core.policy import ValueHead, split_policy
 
     matmul_dtype = None if args.matmul_dtype == "float32" else jnp.bfloat16
     model = build_random_model(args.shape, lora=LoraConfig(), dtype=jnp.float32, matmul_dtype=matmul_dtype)

@@ -34,9 +34,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from poad_jax.models import decode
-from poad_jax.models.config import LORA_TARGETS, REMAT_POLICIES, LlamaConfig, LoraConfig  # noqa: F401
-from poad_jax.models.decode import KVCache, UnstackedWeights, attention_over_cache, init_cache, unstack_weights  # noqa: F401
-from poad_jax.models.lora import merge_lora  # noqa: F401  (its home before models/lora.py)
+from poad_jax.models.config import REMAT_POLICIES, LlamaConfig, LoraConfig
+from poad_jax.models.decode import KVCache, UnstackedWeights
 from poad_jax.models.precision import mixed_einsum
 
 
@@ -308,7 +307,7 @@ class Llama(nnx.Module):
     nothing yet, so attention skips its empty slots; broken, it gives NaN).
     `constrain` (x -> x, e.g. a `with_sharding_constraint`) is applied to the
     residual stream at the top of every layer: a device mesh pins activations
-    there (`poad_jax.distributed`); None changes nothing.
+    there (`poad_jax.parallel`); None changes nothing.
 
     Precision: activations in `dtype`; LoRA, norms, biases stored in
     `param_dtype`; `matmul_dtype=jnp.bfloat16` stores the base weight matrices

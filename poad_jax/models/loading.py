@@ -31,7 +31,7 @@ import tempfile
 from poad_jax.models import gguf_convert, hf_io
 from poad_jax.models.decode import default_dtype
 from poad_jax.models.errors import ModelLoadError
-from poad_jax.models.llama import Llama, LoraConfig
+from poad_jax.models.llama import Llama, LlamaConfig, LoraConfig
 from poad_jax.models.tokenizer import Tokenizer
 
 # Bump when the conversion's output changes, so old caches are rebuilt.
@@ -220,8 +220,6 @@ def load(
 
 def _load_gguf(path: pathlib.Path, dtype, matmul_dtype, remat, lora, seed) -> tuple[Llama, Tokenizer]:
     """A GGUF file converted in memory (not cached: the path may change under us)."""
-    from poad_jax.models.llama import LlamaConfig
-
     hf_config, tensors, tokenizer = gguf_convert.convert_gguf(path)
     config = LlamaConfig.from_hf(hf_config)
 

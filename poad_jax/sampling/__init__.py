@@ -6,12 +6,12 @@
 - `scoring`: TWOSOME action scoring (each prompt encoded once).
 - `sampler`: `Sampler`, which holds the split model (`set_lora` for new
   adapters), buckets shapes and runs the jitted functions; `mesh=` runs it
-  on a device mesh (`poad_jax.distributed.sampling_layout`).
+  on a device mesh (`poad_jax.parallel.sampling_layout`).
 
-The trie of valid actions is `poad_jax.layout`'s (shared with batch packing).
+The trie of valid actions is `poad_jax.core.layout`'s (shared with batch packing).
 """
 
-from poad_jax.layout import ActionTrie, bucket_size, build_action_tries
+from poad_jax.core.layout import ActionTrie, bucket_size, build_action_tries
 from poad_jax.sampling.kernels import sample_allowed, sample_tokens, sampling_logits, top_k_mask, top_p_mask
 from poad_jax.sampling.loop import DecodeCarry, FreeSampling, TrieSampling, decode_loop, left_pad, prefill
 from poad_jax.sampling.sampler import (

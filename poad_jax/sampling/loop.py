@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from poad_jax.layout import positions_from_mask
+from poad_jax.core.layout import positions_from_mask
 from poad_jax.models.decode import KVCache, init_cache
 from poad_jax.sampling.kernels import row_keys, sample_allowed, sample_tokens
 

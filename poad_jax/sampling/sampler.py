@@ -8,11 +8,11 @@ jitted pure functions whose graph definition is fixed, so new weights never
 recompile.  Batch size and prompt length are rounded up to buckets (dummy
 rows, left padding), which bounds the number of compilations;
 `compile_count` counts them (one per trace of a jitted function) and
-`matmul_flops` the matmul FLOPs of every call's padded shapes (`poad_jax.flops`).
+`matmul_flops` the matmul FLOPs of every call's padded shapes (`poad_jax.core.flops`).
 
 On a device mesh (`Sampler(model, mesh=mesh)`) rows are split over the data
 axes and the base is held in its sampling layout
-(`poad_jax.distributed.sampling_layout`); without one nothing here makes a
+(`poad_jax.parallel.sampling_layout`); without one nothing here makes a
 sharding call and the compiled programs are those of one device.
 """
 
@@ -28,10 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from poad_jax.flops import decode_flops, prefill_flops, scoring_flops
-from poad_jax.layout import ACTION_BUCKETS, COUNT_BUCKETS, PROMPT_BUCKETS, bucket_size, build_action_tries, next_power_of_two
+from poad_jax.core.flops import decode_flops, prefill_flops, scoring_flops
+from poad_jax.core.layout import ACTION_BUCKETS, COUNT_BUCKETS, PROMPT_BUCKETS, bucket_size, build_action_tries, next_power_of_two
 from poad_jax.models.decode import unstack_weights
 from poad_jax.models.llama import base_filter
+from poad_jax.parallel.sampling_layout import SamplingLayout
 from poad_jax.sampling.loop import FreeSampling, TrieSampling, decode_loop, left_pad, prefill
 from poad_jax.sampling.scoring import (
     NORMALIZATIONS,
@@ -176,8 +177,6 @@ class Sampler:
         if mesh is None:
             self.unstacked = unstack_weights(model) if unstack_layers else None
         else:  # the sampling layout, made once (only LoRA moves afterwards: set_lora)
-            from poad_jax.distributed.sampling_layout import SamplingLayout
-
             self.layout = mesh if isinstance(mesh, SamplingLayout) else SamplingLayout(mesh)
             self._base = self.layout.place_base(self._base)
             self._lora, self._rest = self.layout.place_replicated((self._lora, self._rest))

@@ -12,8 +12,8 @@ from typing import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from poad_jax.layout import positions_from_mask
-from poad_jax.policy import action_level_log_policy, shared_prompt_token_logprobs
+from poad_jax.core.layout import positions_from_mask
+from poad_jax.core.policy import action_level_log_policy, shared_prompt_token_logprobs
 
 NORMALIZATIONS = ("token", "word", "none")
 

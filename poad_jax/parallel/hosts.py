@@ -23,6 +23,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from poad_jax.parallel.sharding import make_mesh
+
 # Env seeds of process p start at seed + p * ENV_SEED_STRIDE.  A VectorEnv
 # seeds episode k of its env i with base + i + k * n (n envs), so two
 # processes' episodes draw distinct seeds for the first ENV_SEED_STRIDE / n
@@ -174,8 +176,6 @@ def local_sampling_mesh(mesh):
     over `data`, the run mesh's `tensor` size kept when it divides them; None
     when the process has one device.  Sampling is process-local (each process
     decodes its threads alone), so no collective crosses hosts per token."""
-    from poad_jax.distributed.sharding import make_mesh
-
     devices = jax.local_devices()
     tensor = int(mesh.shape["tensor"]) if mesh is not None else 1
     if len(devices) % tensor:

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from poad_jax.layout import positions_from_mask
+from poad_jax.core.layout import positions_from_mask
 
 
 @jax.tree_util.register_dataclass
@@ -53,7 +53,7 @@ class TokenBatch:
         optimisation).  Token level; else None.
 
     Which fields a batch has, and what they mean, is the method's credit
-    scheme's (`poad_jax.schemes`): it packs them and reads them.
+    scheme's (`poad_jax.agent.methods`): it packs them and reads them.
     """
 
     tokens: jax.Array

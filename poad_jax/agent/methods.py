@@ -1,6 +1,20 @@
-"""Credit schemes: what one stream element is, and everything that follows from it.
+"""POAD, NTPO and TWOSOME: which discounts, what one stream element is, and all that follows.
 
-Two schemes serve the three methods (`methods.py` is the table that maps a
+| method  | stream element      | discount inside an action | at an action's end |
+|---------|---------------------|---------------------------|--------------------|
+| poad    | one action token    | 1 (BAD)                   | gamma (1 - done)   |
+| ntpo    | one action token    | gamma_w (= gamma default) | gamma (1 - done)   |
+| twosome | one whole action    | (none)                    | gamma (1 - done)   |
+
+TWOSOME with `gamma_w < 1` (an ablation, not the paper's TWOSOME) discounts
+each action as if its n tokens were time steps, as NTPO does:
+d = gamma * gamma_w**(n - 1) * (1 - done) at the action's end.
+
+All three run the same token-level GAE scan (`poad_jax.core.gae`).  Everything
+a method decides lives in this module: the table above (`make_method`) and the
+credit schemes behind it.
+
+Credit schemes: two schemes serve the three methods (`make_method` maps a
 method to its scheme and discount):
 
 - `TokenLevel` (POAD, NTPO): a stream element is one action token.  A batch
@@ -22,16 +36,15 @@ Every method is jit-traceable; `pack` runs on the host (NumPy).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from poad_jax import backups
-from poad_jax.flops import Pass, SchemePasses, shared_prompt_pass
-from poad_jax.layout import COUNT_BUCKETS, allowed_next_tokens, bucket_size
-from poad_jax.policy import (
+from poad_jax.core import gae
+from poad_jax.core.flops import Pass, SchemePasses, shared_prompt_pass
+from poad_jax.core.layout import COUNT_BUCKETS, allowed_next_tokens, bucket_size
+from poad_jax.core.policy import (
     FrozenBase,
     PolicyGraph,
     action_level_log_policy,
@@ -39,8 +52,8 @@ from poad_jax.policy import (
     base_features,
     candidate_token_logprobs,
 )
+from poad_jax.core.token_batch import action_streams, pack_rows, token_streams
 from poad_jax.sampling import action_normalizers
-from poad_jax.token_batch import action_streams, pack_rows, token_streams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +89,7 @@ class TokenLevel:
         """Per-thread token streams `[B, T * A]` and their discounts (1 or gamma_w
         inside an action, gamma (1 - done) at its end)."""
         streams = token_streams(batch)
-        streams["discounts"] = backups.action_discounts(
+        streams["discounts"] = gae.action_discounts(
             streams["action_end"], streams["dones"], gamma, self.gamma_w
         )
         return streams
@@ -153,7 +166,7 @@ class ActionLevel:
         """Per-thread action streams `[B, T]`; discount gamma (1 - done) per action,
         times gamma_w**(n_tokens - 1) of the taken action when gamma_w < 1."""
         streams = action_streams(batch)
-        discounts = backups.action_discounts(streams["action_end"], streams["dones"], gamma, 1.0)
+        discounts = gae.action_discounts(streams["action_end"], streams["dones"], gamma, 1.0)
         if self.gamma_w != 1.0:
             discounts = discounts * action_token_discounts(batch, self.gamma_w).reshape(discounts.shape)
         streams["discounts"] = discounts
@@ -208,24 +221,54 @@ def action_token_discounts(batch, gamma_w: float) -> jax.Array:
     return jnp.asarray(gamma_w, jnp.float32) ** jnp.maximum(chosen_length - 1, 0).astype(jnp.float32)
 
 
+# ---------------------------------------------------------------------------
+# The methods.
+
+METHODS = ("poad", "ntpo", "twosome")
+
+
+class UnknownMethodError(ValueError):
+    pass
+
+
 @dataclasses.dataclass(frozen=True)
-class ArraysView:
-    """Attribute access to a packed batch's arrays (a dict), with the
-    TokenBatch's derived shapes: lets a scheme read the behaviour pass's
-    arrays and a TokenBatch alike."""
+class Method:
+    """A credit-assignment method: a name and its credit scheme.
 
-    arrays: Any
+    Attributes:
+      name: "poad", "ntpo" or "twosome".
+      scheme: `TokenLevel(gamma_w)` or `ActionLevel(gamma_w, share_prompt)`.
+    """
 
-    def __getattr__(self, name: str):
-        try:
-            return self.arrays[name]
-        except KeyError:
-            raise AttributeError(name) from None
+    name: str
+    scheme: TokenLevel | ActionLevel
 
     @property
-    def action_len(self) -> int:
-        return self.arrays["action_mask"].shape[-1]
+    def token_level(self) -> bool:
+        """True if a stream element is an action token."""
+        return self.scheme.token_level
 
     @property
-    def prompt_len(self) -> int:
-        return self.arrays["tokens"].shape[-1] - self.action_len
+    def gamma_w(self) -> float:
+        """The intra-action discount: per token for token-level methods; for the
+        action level, an action of n tokens is discounted by an extra
+        gamma_w**(n - 1) (1 for the paper's TWOSOME)."""
+        return self.scheme.gamma_w
+
+    @property
+    def share_prompt(self) -> bool:
+        """Action level: each state's prompt encoded once (see `ActionLevel`)."""
+        return getattr(self.scheme, "share_prompt", True)
+
+
+def make_method(name: str, gamma: float, gamma_w: float | None = None, share_prompt: bool = True) -> Method:
+    """The method `name`; `gamma_w` overrides NTPO's intra-action discount (default gamma)
+    and TWOSOME's per-token discount of an action (default 1; POAD's is always 1).
+    `share_prompt=False` gives TWOSOME's per-candidate computation (`ActionLevel`)."""
+    if name == "poad":
+        return Method("poad", TokenLevel(gamma_w=1.0))
+    if name == "ntpo":
+        return Method("ntpo", TokenLevel(gamma_w=gamma if gamma_w is None else gamma_w))
+    if name == "twosome":
+        return Method("twosome", ActionLevel(gamma_w=1.0 if gamma_w is None else gamma_w, share_prompt=share_prompt))
+    raise UnknownMethodError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}")

@@ -9,9 +9,14 @@ One source for each:
   field, plus the checks between fields in `_check_together`).  A bad value
   raises `ConfigError` with one line naming the field; the trainer prints it
   and exits with status 2.
+- `RESUMABLE_FIELDS`: the fields a run directory's re-run may change (and
+  what a change affects), for the trainer and the study runner alike.
+- `field_parent` / `field_value`: the one walker of dotted names
+  ("ppo.actor_lr"), with the closest name when one is unknown.
 - `learner_config`, `rollout_config`: the dataclasses the library runs on
   (`learner.LearnerConfig`, `rollout.RolloutConfig`), built from the
-  ConfigDict at the command-line boundary.  Their fields without a default
+  ConfigDict at the command-line boundary (`poad_jax.run.build` builds
+  everything else a run needs from it).  Their fields without a default
   come from the config by name (`ppo.<name>` for the learner, a top-level
   field for rollouts; `_SOURCES` lists the few exceptions), so they hold no
   competing defaults.
@@ -29,6 +34,7 @@ used.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.util
 import math
 import pathlib
@@ -37,10 +43,44 @@ from typing import Any, Callable
 
 import ml_collections
 
-from poad_jax import layout  # NumPy only
+from poad_jax.core import layout  # NumPy only
 
+# The dtypes a config may name (`poad_jax.run.build.jax_dtype` turns a name into JAX's):
 DTYPES = ("float32", "bfloat16", "float16")  # model parameters and activations
 MATMUL_DTYPES = ("float32", "bfloat16")  # float32: matmuls in `dtype` (exact)
+
+# Fields a re-run of a run directory may change: the checkpoints mean the same.  Each
+# with what a change affects: "length" (how long the run trains), "outputs" (what
+# it writes besides checkpoints), "checkpoints" (how often and how many), "label"
+# (its name), "speed" (how the same numbers are computed), "layout" (devices and
+# processes: the same numbers up to float rounding).  A dotted name covers its
+# sub-tree ("mesh" covers "mesh.data").  The trainer refuses any other change
+# in a directory with checkpoints; the study runner lets a cell's settings change
+# in these fields, and reuses another study's finished cell that differs only in
+# the fields whose change leaves the numbers as they are (`SAME_NUMBERS`).
+RESUMABLE_FIELDS = {
+    "total_env_steps": "length",
+    "tensorboard": "outputs",
+    "plot": "outputs",
+    "checkpoint_every": "checkpoints",
+    "keep_checkpoints": "checkpoints",
+    "name": "label",
+    "env.vector_mode": "speed",
+    "remat": "speed",
+    "share_prompt": "speed",
+    "prompt_bucket_step": "speed",
+    "mesh": "layout",
+    "distributed": "layout",
+}
+SAME_NUMBERS = ("length", "outputs")  # a change of these kinds leaves every logged number as it was
+
+
+def resumable_kind(dotted: str) -> str | None:
+    """What a change of field `dotted` affects (`RESUMABLE_FIELDS`), or None if a re-run may not change it."""
+    for name, kind in RESUMABLE_FIELDS.items():
+        if dotted == name or dotted.startswith(name + "."):
+            return kind
+    return None
 
 
 class ConfigError(Exception):
@@ -98,7 +138,7 @@ def default_config() -> ml_collections.ConfigDict:
     config.system_prompt = ""
     config.max_prompt_tokens = 1024
     # Prompts pad to the next multiple of this many tokens up to 256, then to a coarse
-    # ladder (poad_jax/layout.py); 0: the powers of two 32, 64, 128, 256 (before issue 31).
+    # ladder (poad_jax/core/layout.py); 0: the powers of two 32, 64, 128, 256 (before issue 31).
     config.prompt_bucket_step = layout.PROMPT_BUCKET_STEP
     config.restricted_sampling = "trie"  # trie | action_scores (the paper code's way)
     config.twosome_normalization = "token"  # token | word
@@ -258,19 +298,19 @@ class OneOf:
 
 
 def _methods() -> tuple[str, ...]:
-    from poad_jax.methods import METHODS
+    from poad_jax.agent.methods import METHODS
 
     return tuple(METHODS)
 
 
 def _remat_policies() -> tuple[str, ...]:
-    from poad_jax.models.llama import REMAT_POLICIES
+    from poad_jax.models.config import REMAT_POLICIES
 
     return tuple(REMAT_POLICIES)
 
 
 def _lora_targets() -> tuple[str, ...]:
-    from poad_jax.models.llama import LORA_TARGETS
+    from poad_jax.models.config import LORA_TARGETS
 
     return tuple(LORA_TARGETS)
 
@@ -347,16 +387,41 @@ CHECKS: tuple[Check | OneOf, ...] = (
 )
 
 
+class UnknownFieldError(ConfigError):
+    """A dotted name that names no field: `missing` is the first part not found under
+    `parent` ("" for the top level); `suggestion` the closest existing dotted name, or None."""
+
+    def __init__(self, dotted: str, parent: str, missing: str, suggestion: str | None):
+        hint = f"; did you mean {suggestion}?" if suggestion else ""
+        super().__init__(f"unknown config field {dotted}{hint}")
+        self.dotted, self.parent, self.missing, self.suggestion = dotted, parent, missing, suggestion
+
+
+def field_parent(config: Any, dotted: str) -> tuple[Any, str]:
+    """(the node holding field `dotted`, its last part): `(config.a, "b")` for "a.b".
+    UnknownFieldError (with the closest name) if a part names nothing."""
+    parts = dotted.split(".")
+    node: Any = config
+    for depth, part in enumerate(parts):
+        keys = list(node.keys()) if isinstance(node, (ml_collections.ConfigDict, dict)) else []
+        if part not in keys:
+            parent = ".".join(parts[:depth])
+            close = difflib.get_close_matches(part, keys, n=1)
+            suggestion = ".".join(parts[:depth] + close) if close else None
+            raise UnknownFieldError(dotted, parent, part, suggestion)
+        if depth < len(parts) - 1:
+            node = node[part]
+    return node, parts[-1]
+
+
 def field_value(config: ml_collections.ConfigDict, dotted: str) -> Any:
     """`config.a.b` for "a.b"; ConfigError if the config has no such field."""
-    node: Any = config
-    for part in dotted.split("."):
-        try:
-            node = node[part]
-        except (KeyError, AttributeError, TypeError):
-            raise ConfigError(f"the config has no field {dotted} (start config files from "
-                              "poad_jax.config.default_config())") from None
-    return node
+    try:
+        node, last = field_parent(config, dotted)
+    except UnknownFieldError:
+        raise ConfigError(f"the config has no field {dotted} (start config files from "
+                          "poad_jax.run.config.default_config())") from None
+    return node[last]
 
 
 def _shown(value: Any) -> str:
@@ -502,7 +567,7 @@ def learner_config(config: ml_collections.ConfigDict | None = None, **fields: An
     (`sampling.temperature`) and `critic_kind` (`critic.kind`); `fields`
     replace any (tests and benchmarks: `learner_config(gamma=0.9)`).
     """
-    from poad_jax.learner import LearnerConfig
+    from poad_jax.agent.learner import LearnerConfig
 
     config = default_config() if config is None else config
     return _from_config(LearnerConfig, config, lambda name: _SOURCES.get(name, f"ppo.{name}"), fields)
@@ -526,7 +591,7 @@ def rollout_config(config: ml_collections.ConfigDict | None = None, eos_ids: tup
     `sampling` is `sampling_config(config, eos_ids)` and `prompt_buckets`
     `layout.prompt_buckets(config.prompt_bucket_step)`; `fields` replace any.
     """
-    from poad_jax.rollout import RolloutConfig
+    from poad_jax.agent.rollout import RolloutConfig
 
     config = default_config() if config is None else config
     if "sampling" not in fields:

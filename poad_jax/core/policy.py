@@ -84,7 +84,7 @@ class PolicyGraph:
     # Applied to the residual stream at the top of every decoder layer in the
     # learner's and the behaviour statistics' forward passes (`Llama.__call__`'s
     # `constrain`); None = no constraint.  A mesh sets it
-    # (`poad_jax.distributed.update.constrained_graph`): FSDP then gathers weights, not rows.
+    # (`poad_jax.agent.sharded_update.constrained_graph`): FSDP then gathers weights, not rows.
     constrain: Callable[[jax.Array], jax.Array] | None = None
 
 

@@ -2,10 +2,10 @@
 
 The whole update is one compiled call (PureJaxRL style), top to bottom:
 
-1. Advantages: the method's credit scheme (`schemes.py`) lays the rollout's
+1. Advantages: the method's credit scheme (`methods.py`) lays the rollout's
    behaviour values and rewards out as per-thread streams (one element per
    action token for POAD/NTPO, one per action for TWOSOME) with their
-   discounts, and `backups.token_gae` runs one reverse scan.
+   discounts, and `gae.token_gae` runs one reverse scan.
 2. `epochs x minibatches` nested `lax.scan`: each minibatch normalises its
    advantages over its valid tokens, accumulates gradients over
    `accumulation_steps` micro-batches (bounding activation memory), computes
@@ -33,18 +33,17 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from poad_jax import backups, losses
-from poad_jax.methods import Method
-from poad_jax.policy import FrozenBase, PolicyGraph, head_values
-from poad_jax.schemes import action_token_discounts  # noqa: F401  (part of this module's API)
-from poad_jax.token_batch import TokenBatch
+from poad_jax.core import gae, losses
+from poad_jax.agent.methods import Method
+from poad_jax.core.policy import FrozenBase, PolicyGraph, head_values
+from poad_jax.core.token_batch import TokenBatch
 
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
     """PPO hyper-parameters.
 
-    No defaults here: `poad_jax.config.learner_config(config)` builds this
+    No defaults here: `poad_jax.run.config.learner_config(config)` builds this
     from the training config (`ppo.<name>`, plus `sampling.temperature` and
     `critic.kind`), whose `default_config()` holds the defaults (the
     paper's, DESIGN.md §5) and whose `validate` checks them.
@@ -76,7 +75,7 @@ class LearnerConfig:
 def check_batch_rows(num_rows: int, config: LearnerConfig) -> None:
     """The batch splits into `num_minibatches x accumulation_steps` equal parts (a
     shape contract of the update; the settings themselves are checked by
-    `poad_jax.config.validate`)."""
+    `poad_jax.run.config.validate`)."""
     if num_rows % (config.num_minibatches * config.accumulation_steps):
         raise ValueError(
             f"rows per update ({num_rows}) must be divisible by num_minibatches x "
@@ -123,12 +122,12 @@ def init_train_state(params: dict[str, Any], config: LearnerConfig, rng: jax.Arr
 
 def compute_advantages(batch: TokenBatch, method: Method, config: LearnerConfig):
     """GAE advantages and returns in the batch's row layout (the scheme's
-    streams and discounts, one `backups.token_gae` scan).
+    streams and discounts, one `gae.token_gae` scan).
 
     Token level: `[N, A]`; action level: `[N]`.
     """
     streams = method.scheme.streams(batch, config.gamma)
-    advantages, returns = backups.token_gae(
+    advantages, returns = gae.token_gae(
         streams["rewards"],
         streams["values"],
         streams["discounts"],
@@ -172,7 +171,7 @@ def _take_rows(tree, index):
 def _take_group_rows(tree, index):
     """Rows `index [G, k]` of `tree`, whose N rows form G equal contiguous
     groups and `index[g]` indexes rows within group g: `[G * k, ...]`, group
-    by group.  With the rows split over G devices (`poad_jax.distributed`)
+    by group.  With the rows split over G devices (`poad_jax.parallel`)
     every device takes only its own rows (a batched gather, no collective);
     G = 1 is a plain take.
     """
@@ -209,7 +208,7 @@ def make_update_fn(
     """Builds the jit-compiled update `(state, frozen, batch) -> (state, metrics)`.
 
     Returns the update function and a function giving its compile count.
-    (On a device mesh: `poad_jax.distributed.make_sharded_update_fn`.)
+    (On a device mesh: `poad_jax.parallel.make_sharded_update_fn`.)
     """
     update, compiles = build_update(graph, method, config)
     return jax.jit(update, donate_argnums=(0,)), compiles

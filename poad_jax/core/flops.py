@@ -68,7 +68,7 @@ class PassFlops(NamedTuple):
 
 
 class SchemePasses(NamedTuple):
-    """A credit scheme's passes over one batch (`schemes.*.passes`): the policy's, the
+    """A credit scheme's passes over one batch (`agent.methods.TokenLevel.passes`, `ActionLevel.passes`): the policy's, the
     critic features' (no logits), and how many value-head inputs they give."""
 
     policy: Pass

@@ -16,7 +16,7 @@ synthetic save-or-take task its undiscounted return has a closed form
 from __future__ import annotations
 
 from envs_py.synthetic import optimal_return
-from poad_jax.methods import make_method
+from poad_jax.agent.methods import make_method
 
 
 def per_action_discount(method: str, gamma_a: float, gamma_w: float | None, action_length: int) -> float:

@@ -33,7 +33,6 @@ import re
 from typing import Any, Iterable, Sequence
 
 import jax
-import ml_collections
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
@@ -110,18 +109,6 @@ def sample_rules() -> tuple[tuple[str, P], ...]:
 
 # ---------------------------------------------------------------------------
 # Meshes.
-
-
-def default_mesh_config() -> ml_collections.ConfigDict:
-    """The `mesh` block of a run's config: one device (today's code path).
-
-    `--config.mesh.data=8` runs 8 data-parallel replicas; `fsdp` splits the
-    frozen base and the batch; `tensor` splits heads, MLP columns and the
-    vocabulary.  One axis may be -1: it takes the devices the others leave.
-    """
-    from poad_jax import config as config_lib
-
-    return config_lib.default_config().mesh  # the one source of defaults
 
 
 def mesh_shape(block: Any, num_devices: int) -> tuple[int, int, int]:

@@ -21,11 +21,18 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 from jax.sharding import Mesh
 
-from poad_jax.distributed.sharding import BATCH_AXES, abstract_like, batch_shardings, train_rules, tree_shardings
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+from poad_jax.agent.learner import init_train_state
+from poad_jax.agent.methods import make_method
+from poad_jax.agent.sharded_update import make_sharded_update_fn
+from poad_jax.core.policy import ValueHead, split_policy
+from poad_jax.core.token_batch import TokenBatch
+from poad_jax.models.llama import Llama, LlamaConfig, LoraConfig
+from poad_jax.parallel.sharding import BATCH_AXES, abstract_like, batch_shardings, train_rules, tree_shardings
+from poad_jax.run import build as run_build
+from poad_jax.run.config import learner_config
 
 
 def shard_bytes(tree) -> int:
@@ -48,15 +55,10 @@ def abstract_policy(*, vocab_size, hidden_size, intermediate_size, num_layers, n
     operands (`matmul_dtype`), activations, LoRA and norms float32 (the
     project's GPU set-up); `"float32"`: everything float32.
     """
-    from flax import nnx
-
-    from poad_jax.models.llama import Llama, LlamaConfig, LoraConfig
-    from poad_jax.policy import ValueHead, split_policy
-
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
                          num_hidden_layers=num_layers, num_attention_heads=num_heads,
                          num_key_value_heads=num_kv_heads, tie_word_embeddings=False)
-    matmul_dtype = DTYPES[dtype] if dtype != "float32" else None
+    matmul_dtype = run_build.matmul_dtype(dtype)
     lora = LoraConfig(rank=lora_rank, alpha=2.0 * lora_rank, targets=tuple(lora_targets))
 
     def build():
@@ -69,8 +71,6 @@ def abstract_policy(*, vocab_size, hidden_size, intermediate_size, num_layers, n
 
 def abstract_token_batch(rows: int, threads: int, prompt_len: int, action_len: int, hidden_size: int):
     """A token-level TokenBatch of ShapeDtypeStructs (free-form actions)."""
-    from poad_jax.token_batch import TokenBatch
-
     length = prompt_len + action_len
     sds = jax.ShapeDtypeStruct
     return TokenBatch(
@@ -93,11 +93,6 @@ def update_memory(mesh: Mesh, *, hidden_size: int, intermediate_size: int, num_l
     frozen base, the train state and the batch computed from the shardings
     (`expected_argument_bytes` is their sum).  `constrain_activations=False`
     compiles the update without the per-layer activation hook (for comparison)."""
-    from poad_jax.distributed.update import make_sharded_update_fn
-    from poad_jax.config import learner_config
-    from poad_jax.learner import init_train_state
-    from poad_jax.methods import make_method
-
     graph, frozen, params = abstract_policy(
         vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size, num_layers=num_layers,
         num_heads=num_heads, num_kv_heads=num_kv_heads, dtype=dtype, lora_rank=lora_rank, lora_targets=lora_targets,

@@ -30,7 +30,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from poad_jax.distributed.sharding import (
+from poad_jax.parallel.sharding import (
     Rules,
     activation_constraint,
     batch_shardings,
@@ -40,9 +40,9 @@ from poad_jax.distributed.sharding import (
     train_rules,
     tree_shardings,
 )
-from poad_jax.learner import LearnerConfig, build_update, init_train_state
-from poad_jax.methods import Method
-from poad_jax.policy import FrozenBase, PolicyGraph, merge_model
+from poad_jax.agent.learner import LearnerConfig, build_update, init_train_state
+from poad_jax.agent.methods import Method
+from poad_jax.core.policy import FrozenBase, PolicyGraph, merge_model
 
 
 def constrained_graph(graph: PolicyGraph, mesh: Mesh) -> PolicyGraph:

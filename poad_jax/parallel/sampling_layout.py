@@ -34,7 +34,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from poad_jax.distributed.sharding import (
+from poad_jax.parallel.sharding import (
     BATCH_AXES,
     Rules,
     batch_shards,

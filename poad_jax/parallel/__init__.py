@@ -1,11 +1,12 @@
-"""poad_jax on many devices: meshes, partition rules as data, the
-sharded learner update and the sampler's layout (docs/distributed.md).
+"""poad_jax on many devices: meshes, partition rules as data, the sampler's
+layout and several processes (docs/distributed.md).  It knows no RL: the
+sharded learner update that uses these rules is `poad_jax.agent.sharded_update`.
 
 With the default config block `mesh` (data = fsdp = tensor = 1)
 `mesh_from_config` returns None and no sharding call is made anywhere.
 """
 
-from poad_jax.distributed.sharding import (  # noqa: F401
+from poad_jax.parallel.sharding import (  # noqa: F401
     BASE_SAMPLE_RULES,
     BASE_TRAIN_RULES,
     BATCH_AXES,
@@ -15,7 +16,6 @@ from poad_jax.distributed.sharding import (  # noqa: F401
     abstract_like,
     batch_shardings,
     batch_shards,
-    default_mesh_config,
     make_mesh,
     mesh_from_config,
     mesh_shape,
@@ -28,16 +28,9 @@ from poad_jax.distributed.sharding import (  # noqa: F401
     train_rules,
     tree_shardings,
 )
-from poad_jax.distributed.sampling_layout import (  # noqa: F401
+from poad_jax.parallel.sampling_layout import (  # noqa: F401
     CARRY_RULES,
     UNSTACKED_SAMPLE_RULES,
     SamplingLayout,
     padded_rows,
-)
-from poad_jax.distributed.update import (  # noqa: F401
-    constrained_graph,
-    init_sharded_train_state,
-    make_sharded_update_fn,
-    shard_policy,
-    shard_train_state,
 )

@@ -1,0 +1,160 @@
+"""Experience: a rollout's step records -> packed arrays -> behaviour pass -> TokenBatch.
+
+The path of one batch from the rollout to the learner:
+
+1. `pack_batch` (or `pack_batch_agreed` over several processes, with array
+   shapes every process shares): the records of `RolloutCollector.collect`,
+   thread-major, as padded NumPy arrays with bucketed shapes, in the layout
+   of the method's scheme (token level: one row per step with its action
+   tokens; action level: the chosen action among its candidates), plus the
+   next prompts `[B, P]` for the bootstrap values;
+2. `behaviour_statistics`: one jit-compiled pass with the learner's own
+   functions (`core/policy.py`) over those arrays: the behaviour log-probs,
+   the critic's features and values, and the bootstrap values, so that
+   PPO's first ratio is exactly 1;
+3. `make_token_batch`: arrays and statistics as the `TokenBatch` the
+   learner's update takes.  The behaviour pass itself reads the packed
+   arrays as a `TokenBatch` too (its behaviour fields None), so a scheme
+   reads one form of batch everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from poad_jax.agent.methods import Method
+from poad_jax.agent.rollout import RolloutConfig, StepRecord
+from poad_jax.core.layout import bucket_size
+from poad_jax.core.policy import FrozenBase, PolicyGraph, base_features, head_values
+from poad_jax.core.token_batch import TokenBatch, pack_rows
+
+
+def pack_batch(
+    steps: list[list[StepRecord]],
+    next_prompts: list[list[int]],
+    method: Method,
+    config: RolloutConfig,
+    pad_id: int,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Packs records (thread-major rows) into padded arrays with bucketed shapes.
+
+    Returns the batch arrays (without behaviour statistics) and the next
+    prompts packed `[B, P]` for the bootstrap values.
+    """
+    num_threads = len(steps[0])
+    rows = [steps[t][b] for b in range(num_threads) for t in range(len(steps))]
+    prompt_len = bucket_size(
+        max(max(len(r.prompt) for r in rows), max(len(p) for p in next_prompts)), config.prompt_buckets
+    )
+    rewards = np.array([r.reward for r in rows], np.float32)
+    dones = np.array([r.done for r in rows], bool)
+    arrays = method.scheme.pack(rows, prompt_len, config, pad_id)
+    arrays.update(rewards=rewards, dones=dones)
+    next_arrays = pack_rows(next_prompts, [[pad_id]] * num_threads, prompt_len, 1, pad_id)
+    return arrays, next_arrays
+
+
+# Packed arrays padded with a constant (masks off) when a shared shape is
+# larger than this process's; every other array repeats its last entry along
+# a padded axis (TWOSOME's padding candidates repeat the last one, as
+# `ActionLevel.pack` makes them).
+_PAD_VALUES = {"allowed_tokens": 0, "allowed_mask": False, "candidate_mask": False, "normalizer": 1.0}
+
+
+def _pad_to(name: str, x: np.ndarray, shape) -> np.ndarray:
+    widths = [(0, int(t) - s) for s, t in zip(x.shape, shape)]
+    if not any(w for _, w in widths):
+        return x
+    if name in _PAD_VALUES:
+        return np.pad(x, widths, constant_values=_PAD_VALUES[name])
+    return np.pad(x, widths, mode="edge")
+
+
+def pack_batch_agreed(
+    steps: list[list[StepRecord]],
+    next_prompts: list[list[int]],
+    method: Method,
+    config: RolloutConfig,
+    pad_id: int,
+    agree,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """`pack_batch` with array shapes shared by every process of a run.
+
+    `agree(v)` is the elementwise maximum of an integer vector over the
+    processes (`distributed.hosts.agree_max`).  Each process packs its rows,
+    the processes agree on every array's shape (the maximum of their bucketed
+    sizes, which is what packing all rows in one process gives, buckets being
+    monotone), and a process whose prompt or action length falls short packs
+    again with the shared lengths as its only buckets; a smaller candidate
+    count (trie width, TWOSOME's candidates) is padded (`_PAD_VALUES`).
+    The rows are then exactly those one process packing every row makes.
+    """
+    arrays, next_arrays = pack_batch(steps, next_prompts, method, config, pad_id)
+    names = sorted(arrays)
+    ranks = [np.ndim(arrays[name]) for name in names]
+    shared = np.asarray(agree(np.concatenate([np.shape(arrays[name]) for name in names])))
+    shapes = dict(zip(names, np.split(shared, np.cumsum(ranks)[:-1])))
+    action_len = int(shapes["action_mask"][-1])
+    prompt_len = int(shapes["tokens"][-1]) - action_len
+    if (prompt_len, action_len) != (np.shape(arrays["tokens"])[-1] - np.shape(arrays["action_mask"])[-1],
+                                    np.shape(arrays["action_mask"])[-1]):
+        config = dataclasses.replace(config, prompt_buckets=(prompt_len,), action_buckets=(action_len,))
+        arrays, next_arrays = pack_batch(steps, next_prompts, method, config, pad_id)
+    return {name: _pad_to(name, arrays[name], shapes[name]) for name in names}, next_arrays
+
+
+@functools.partial(jax.jit, static_argnames=("graph", "method", "temperature", "critic_kind"))
+def behaviour_statistics(
+    graph: PolicyGraph,
+    frozen: FrozenBase,
+    params: dict[str, Any],
+    value_head,
+    arrays: dict[str, jax.Array],
+    next_arrays: dict[str, jax.Array],
+    *,
+    method: Method,
+    temperature: float,
+    critic_kind: str,
+) -> dict[str, jax.Array]:
+    """Old log-probs, critic features, old values and bootstrap values.
+
+    Computed with the learner's own functions (`policy.py`), so the first
+    PPO ratio of an update is exactly 1.
+    """
+    scheme = method.scheme
+    batch = make_token_batch(arrays)  # the packed batch, before its behaviour statistics
+    critic_lora = params.get("critic_lora", params["actor"])
+    use_critic_lora = critic_kind == "lora"
+    old_logprobs, _ = scheme.policy(graph, frozen, params["actor"], batch, temperature)
+    features = scheme.critic_features(graph, frozen, critic_lora, batch, use_critic_lora)
+    old_values = head_values(graph, value_head, features)
+    next_features = base_features(
+        graph, frozen, critic_lora, next_arrays["tokens"], next_arrays["positions"], next_arrays["key_mask"],
+        batch.prompt_len, use_lora=use_critic_lora,
+    )[:, 0]
+    bootstrap_value = head_values(graph, value_head, next_features)
+    return {
+        "old_logprobs": old_logprobs,
+        "features": features,
+        "old_values": old_values,
+        "bootstrap_value": bootstrap_value,
+    }
+
+
+BEHAVIOUR_FIELDS = ("old_logprobs", "old_values", "features", "bootstrap_value")
+
+
+def make_token_batch(arrays: dict[str, np.ndarray], stats: dict[str, jax.Array] | None = None) -> TokenBatch:
+    """The TokenBatch of packed arrays and their behaviour statistics (`behaviour_statistics`).
+    Without `stats` (the behaviour pass itself reads the packed batch) the behaviour fields
+    are None; so are the fields of the other scheme's layout (absent from `arrays`)."""
+    arrays_fields = [f.name for f in dataclasses.fields(TokenBatch) if f.name not in BEHAVIOUR_FIELDS]
+    stats = {} if stats is None else stats
+    return TokenBatch(**{name: jnp.asarray(arrays[name]) if name in arrays else None for name in arrays_fields},
+                      **{name: stats.get(name) for name in BEHAVIOUR_FIELDS})

@@ -1,0 +1,252 @@
+"""Rollouts: step text environments in Python, render the prompts, act with the sampler.
+
+Each of the N env threads keeps its episode across updates.  One rollout is
+`rollout_length` steps of every thread; the learner bootstraps from each
+thread's next observation.  How an action is chosen:
+
+- free-form envs (`Observation.actions is None`, e.g. DataSciCoding): token
+  sampling with temperature / top-k / top-p (POAD, NTPO);
+- restricted envs, POAD / NTPO: trie-constrained token sampling over the
+  valid actions, so the behaviour and the optimised distributions coincide
+  (`restricted_sampling="trie"`); or, as in the paper's code, sample from
+  TWOSOME's normalised action distribution and optimise token probabilities
+  (`restricted_sampling="action_scores"`);
+- TWOSOME: score every valid action (summed token log-probs, normalised by
+  token or word count) and sample from the softmax.
+
+A rollout's step records become the learner's TokenBatch in
+`agent/experience.py` (packing, the behaviour pass); the episodes are kept in
+`agent/episodes.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from envs_py import Observation, VectorEnv
+from poad_jax.agent.methods import Method
+from poad_jax.core.layout import ACTION_BUCKETS, PROMPT_BUCKETS
+from poad_jax.core.policy import FrozenBase, PolicyGraph, merge_model
+from poad_jax.agent.episodes import EpisodeStats
+from poad_jax.sampling import Sampler, SamplingConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    """How rollouts are collected and packed.
+
+    The fields without a default are settings: `poad_jax.run.config.rollout_config(config, eos_ids)`
+    builds this from the training config (the top-level field of each name;
+    `sampling` from `config.sampling`, `prompt_buckets` from
+    `config.prompt_bucket_step`), whose `default_config()` holds the
+    defaults.  Their own defaults are the layout's lists (`poad_jax.core.layout`).
+    """
+
+    num_threads: int
+    rollout_length: int
+    prompt_format: str  # "chat" (tokenizer chat template) or "raw"
+    system_prompt: str
+    max_prompt_tokens: int
+    restricted_sampling: str  # "trie" or "action_scores"
+    twosome_normalization: str  # "token" or "word"
+    discounted_return_gamma: float  # the `discounted_return` metric's discount per env step
+    sampling: SamplingConfig
+    prompt_buckets: tuple[int, ...] = PROMPT_BUCKETS
+    action_buckets: tuple[int, ...] = ACTION_BUCKETS
+
+
+@dataclasses.dataclass
+class StepRecord:
+    prompt: list[int]
+    action_tokens: list[int]
+    reward: float
+    done: bool
+    candidates: list[list[int]] | None = None  # TWOSOME: every valid action's tokens
+    candidate_texts: list[str] | None = None
+    chosen: int = 0
+
+
+class PromptRenderer:
+    """Observation -> prompt token ids (chat template or raw text)."""
+
+    def __init__(self, tokenizer, config: RolloutConfig):
+        if config.prompt_format not in ("chat", "raw"):
+            raise ValueError(f"prompt_format must be 'chat' or 'raw', got {config.prompt_format!r}")
+        self.tokenizer = tokenizer
+        self.config = config
+
+    @property
+    def action_prefix(self) -> str:
+        """Text put before a restricted action: a space after a raw prompt, nothing after a chat turn."""
+        return "" if self.config.prompt_format == "chat" else " "
+
+    def __call__(self, observation: Observation) -> list[int]:
+        if self.config.prompt_format == "chat":
+            messages = []
+            if self.config.system_prompt:
+                messages.append({"role": "system", "content": self.config.system_prompt})
+            messages.append({"role": "user", "content": observation.text})
+            ids = list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        else:
+            ids = list(self.tokenizer.encode(observation.text))
+        # Keep the end of an over-long prompt: it holds the question.
+        return ids[-self.config.max_prompt_tokens :]
+
+
+class RolloutCollector:
+    """Steps N env threads with the current policy and packs TokenBatches.
+
+    `env_steps` counts the run's env steps; step t of thread b is env step
+    t * N + b + 1.  In a run over several processes, `take_thread_block`
+    makes the collector one process's share of the run's threads.
+    """
+
+    def __init__(
+        self,
+        envs: VectorEnv,
+        tokenizer,
+        sampler: Sampler,
+        method: Method,
+        config: RolloutConfig,
+        seed: int = 0,
+    ):
+        self.envs = envs
+        self.tokenizer = tokenizer
+        self.sampler = sampler
+        self.method = method
+        self.config = config
+        self.render = PromptRenderer(tokenizer, config)
+        self.np_rng = np.random.default_rng(seed)
+        self.thread_offset = 0
+        self.total_threads = envs.num_envs
+        self.observations: list[Observation] = envs.reset()
+        self.stats = EpisodeStats(running_return=[0.0] * envs.num_envs, discount=config.discounted_return_gamma)
+        self.env_steps = 0
+        self.timings = {"sampling": 0.0, "env": 0.0}
+
+    def take_thread_block(self, thread_offset: int, total_threads: int, seed) -> None:
+        """Makes this collector one process's block of a multi-process run's
+        threads: `envs` holds threads `thread_offset ... thread_offset +
+        envs.num_envs - 1` of `total_threads`.  `env_steps` then counts the
+        whole run's steps (every process steps its threads in lockstep with
+        the others) and env step numbers are those one process stepping all
+        threads would give (step t of thread g is t * total_threads + g + 1),
+        so the processes' episode records merge in that order.  `seed`: the
+        NumPy generator's new seed (e.g. (seed, process index))."""
+        if not 0 <= thread_offset <= total_threads - self.envs.num_envs:
+            raise ValueError(f"threads {thread_offset}..{thread_offset + self.envs.num_envs - 1} are not among "
+                             f"the run's {total_threads}")
+        self.thread_offset, self.total_threads = int(thread_offset), int(total_threads)
+        self.np_rng = np.random.default_rng(seed)
+
+    # -- acting -------------------------------------------------------------
+
+    def _candidate_tokens(self, observation: Observation) -> list[list[int]]:
+        prefix = self.render.action_prefix
+        return [list(self.tokenizer.encode(prefix + action)) for action in observation.actions]
+
+    def _act(self, prompts: list[list[int]], rng: jax.Array) -> list[StepRecord]:
+        observations = self.observations
+        restricted = [obs.actions is not None for obs in observations]
+        if any(restricted) and not all(restricted):
+            raise ValueError("all env threads must be either restricted or free-form")
+        records = []
+        if not restricted[0]:
+            if self.method.scheme.scores_candidates:
+                raise ValueError("TWOSOME needs a restricted action set; this environment is free-form")
+            generation = self.sampler.generate(prompts, rng, self.config.sampling, self.tokenizer)
+            for prompt, tokens in zip(prompts, generation.tokens):
+                tokens = list(tokens) or list(self.tokenizer.eos_token_ids[:1])
+                records.append(StepRecord(prompt, tokens, 0.0, False))
+            return records
+
+        candidates = [self._candidate_tokens(obs) for obs in observations]
+        use_scores = self.method.scheme.scores_candidates or self.config.restricted_sampling == "action_scores"
+        if self.config.restricted_sampling not in ("trie", "action_scores"):
+            raise ValueError(
+                f"restricted_sampling must be 'trie' or 'action_scores', got {self.config.restricted_sampling!r}"
+            )
+        if use_scores:
+            all_scores = self.sampler.score_actions_batch(
+                prompts, candidates, normalization=self.config.twosome_normalization,
+                action_texts=[list(obs.actions) for obs in observations],
+            )
+            for prompt, cands, obs, scores in zip(prompts, candidates, observations, all_scores):
+                probs = np.asarray(scores.probs, np.float64)
+                if self.config.sampling.temperature == 0:  # greedy evaluation
+                    choice = int(np.argmax(probs))
+                else:
+                    choice = int(self.np_rng.choice(len(cands), p=probs / probs.sum()))
+                records.append(
+                    StepRecord(prompt, cands[choice], 0.0, False, cands, list(obs.actions), choice)
+                )
+            return records
+        generation = self.sampler.generate_constrained(
+            prompts, candidates, rng, temperature=self.config.sampling.temperature
+        )
+        for prompt, cands, obs, index in zip(prompts, candidates, observations, generation.action_index):
+            index = int(index)
+            records.append(StepRecord(prompt, cands[index], 0.0, False, cands, list(obs.actions), index))
+        return records
+
+    def _action_text(self, record: StepRecord) -> str:
+        if record.candidate_texts is not None:
+            return record.candidate_texts[record.chosen]
+        return self.tokenizer.decode(record.action_tokens, skip_special_tokens=True)
+
+    def collect(self, rng: jax.Array, on_step=None, on_results=None) -> tuple[list[list[StepRecord]], list[list[int]]]:
+        """Runs `rollout_length` steps of every thread with the sampler's current
+        weights (`Sampler.set_lora` after each update).
+
+        After each vector step, `on_results(results, first_env_step)` sees the
+        env's StepResults (local thread b's step is env step
+        `first_env_step + b + 1`; the trainer keeps the best program from
+        them) and `on_step(num_new_env_steps)` is called (progress bars; the
+        run's new steps, all processes').  Returns records[t][b] (b: this
+        process's threads) and the prompts of each thread's next observation.
+        """
+        steps = []
+        for _ in range(self.config.rollout_length):
+            rng, step_rng = jax.random.split(rng)
+            start = time.perf_counter()
+            prompts = [self.render(obs) for obs in self.observations]
+            records = self._act(prompts, step_rng)
+            self.timings["sampling"] += time.perf_counter() - start
+            start = time.perf_counter()
+            results = self.envs.step([self._action_text(r) for r in records])
+            self.timings["env"] += time.perf_counter() - start
+            first_step = self.env_steps + self.thread_offset
+            for b, (record, result) in enumerate(zip(records, results)):
+                record.reward = float(result.reward)
+                record.done = bool(result.done)
+                self.stats.record_step(b, record.reward, record.done, result.info, first_step + b + 1)
+            self.observations = [result.observation for result in results]
+            self.env_steps += self.total_threads
+            steps.append(records)
+            if on_results is not None:
+                on_results(results, first_step)
+            if on_step is not None:
+                on_step(self.total_threads)
+        next_prompts = [self.render(obs) for obs in self.observations]
+        return steps, next_prompts
+
+
+def actions_cut_off(steps: list[list[StepRecord]], config: RolloutConfig) -> int:
+    """How many free-form actions of a rollout (`collect`'s records) ended at
+    `sampling.max_new_tokens` without a stop token: DataSciCoding's programs
+    cut off by the token limit.  An action chosen among candidates is never cut off."""
+    stop, limit = set(config.sampling.stop_token_ids), int(config.sampling.max_new_tokens)
+    return sum(1 for records in steps for record in records
+               if record.candidates is None and len(record.action_tokens) >= limit
+               and record.action_tokens[-1] not in stop)
+
+
+def merged_actor(graph: PolicyGraph, frozen: FrozenBase, params: dict[str, Any]):
+    """The actor as an NNX module (frozen base + current actor LoRA) for the sampler."""
+    return merge_model(graph, frozen, params["actor"])
+

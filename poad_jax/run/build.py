@@ -1,0 +1,285 @@
+"""Everything a run needs, built from its config in one place.
+
+`build(config, placement)` is the one way from a training config to the
+objects the library runs on; the trainer, `poad_jax.tools.evaluate` and
+`poad_jax.tools.export` all use it, so a setting means the same everywhere:
+
+- `build_method`: the method with its `gamma_w` and `share_prompt`;
+- `load_model`: the model and tokenizer, with the configured LoRA and dtypes
+  (`jax_dtype`: the one table from a dtype's name to JAX's);
+- the policy split into graph, frozen base and trainable parameters, with the
+  value head and (for `critic.kind = "lora"`) a fresh critic adapter;
+- the learner's and the rollouts' dataclasses (`config.learner_config`,
+  `config.rollout_config`);
+- `Placement`: where the arrays live and which threads this process steps.
+  One device is a placement too (no mesh, one process), so the training
+  loop asks the placement and never branches on meshes or processes.
+
+The run's random streams, all derived from `config.seed` (`RunSeeds`), are
+today's: a checkpoint written before this module existed resumes to the same
+numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from poad_jax import parallel
+from poad_jax.agent import sharded_update
+from poad_jax.agent.experience import pack_batch, pack_batch_agreed
+from poad_jax.agent.learner import LearnerConfig, TrainState, init_train_state, make_update_fn
+from poad_jax.agent.methods import Method, make_method
+from poad_jax.agent.rollout import RolloutConfig, RolloutCollector, StepRecord, merged_actor
+from poad_jax.core.policy import FrozenBase, PolicyGraph, ValueHead, split_policy
+from poad_jax.models import ModelLoadError, load
+from poad_jax.models.llama import LoraConfig
+from poad_jax.models.loading import EMBEDDED_MODELS
+from poad_jax.models.tiny import tiny_random_model
+from poad_jax.parallel import hosts
+from poad_jax.run import config as config_lib
+from poad_jax.run.best_program import one_line
+from poad_jax.sampling import Sampler
+
+TrainError = config_lib.ConfigError  # a user mistake: one line, exit status 2
+
+
+def jax_dtype(name: str) -> Any:
+    """JAX's dtype for a config's dtype name (`config.DTYPES`, `config.MATMUL_DTYPES`)."""
+    if name not in config_lib.DTYPES:
+        raise TrainError(f"unknown dtype {name!r}; choose one of {', '.join(config_lib.DTYPES)}")
+    return getattr(jnp, name)
+
+
+def matmul_dtype(name: str) -> Any:
+    """The model's `matmul_dtype` option for a config's name: None for "float32" (matmuls in `dtype`)."""
+    return None if name == "float32" else jax_dtype(name)
+
+
+class RunSeeds(NamedTuple):
+    """Every seed and key a run derives from `config.seed`, in one place (the streams as they
+    have always been: checkpoints and seeded runs reproduce).
+
+    model: the tiny random model's weights; head: the value head's init (`nnx.Rngs`);
+    critic_lora: the fresh critic adapter's key; learner: the train state's key (minibatch
+    orders); rollout: the first key of the rollouts' stream (split once per update);
+    numpy: the collector's NumPy generator (one process; several: `hosts.numpy_seed`);
+    envs: the environments' seed (this process's: `hosts.env_seed`)."""
+
+    model: int
+    head: int
+    critic_lora: jax.Array
+    learner: jax.Array
+    rollout: jax.Array
+    numpy: int
+    envs: int
+
+
+def run_seeds(seed: int, process_index: int = 0) -> RunSeeds:
+    return RunSeeds(model=seed, head=seed + 1, critic_lora=jax.random.key(seed + 1), learner=jax.random.key(seed),
+                    rollout=jax.random.key(seed + 1), numpy=seed, envs=hosts.env_seed(seed, process_index))
+
+
+def build_method(config: ml_collections.ConfigDict) -> Method:
+    """The run's method: `config.method` with `ppo.gamma`, `gamma_w` (negative: the method's
+    default) and `share_prompt` (a run directory's config written before it existed: True)."""
+    gamma_w = float(config.gamma_w) if float(config.get("gamma_w", -1.0)) >= 0 else None
+    return make_method(str(config.method), float(config.ppo.gamma), gamma_w,
+                       share_prompt=bool(config.get("share_prompt", True)))
+
+
+def load_model(config: ml_collections.ConfigDict):
+    """(model, tokenizer) for `config.model`, with the configured LoRA and dtypes."""
+    lora = LoraConfig(rank=int(config.lora.rank), alpha=float(config.lora.alpha), targets=tuple(config.lora.targets))
+    dtype = jax_dtype(str(config.dtype))
+    options = dict(matmul_dtype=matmul_dtype(str(config.get("matmul_dtype", "float32"))),
+                   remat=config.get("remat", "full"))
+    if config.model == "tiny-random":
+        return tiny_random_model(seed=int(config.seed), lora=lora, dtype=dtype, **options)
+    if config.model not in EMBEDDED_MODELS and not pathlib.Path(str(config.model)).expanduser().exists():
+        names = ", ".join([*EMBEDDED_MODELS, "tiny-random"])
+        raise TrainError(f"no such model path or name: {config.model} (names: {names}; "
+                         "or a Hugging Face directory or a .gguf file)")
+    try:
+        return load(config.model, dtype=dtype, lora=lora, **options)
+    except ModelLoadError as error:
+        raise TrainError(str(error)) from None
+    except OSError as error:  # the cache or the model files cannot be read or written
+        raise TrainError(f"cannot load model {config.model}: {one_line(error)}") from None
+
+
+def build_value_head(model, config: ml_collections.ConfigDict, seed: int) -> ValueHead:
+    """The critic head `config.critic` describes (a run directory's config written
+    before `critic.bias` / `critic.init` existed gets their defaults)."""
+    critic = config.critic
+    return ValueHead(model.config.hidden_size, tuple(critic.hidden_sizes), bias=bool(critic.get("bias", True)),
+                     init=str(critic.get("init", "zero_output")), rngs=nnx.Rngs(seed))
+
+
+def fresh_critic_lora(model, key: jax.Array):
+    """A second LoRA state for the critic: A uniform(+-1/sqrt(fan_in)), B zero."""
+    critic_lora = nnx.split(model, nnx.LoRAParam, ...)[1]
+    leaves, treedef = jax.tree.flatten(critic_lora)
+    keys = jax.random.split(key, len(leaves))
+    fresh = []
+    for key, leaf in zip(keys, leaves):
+        if jnp.any(leaf):  # an A matrix [L, in, r]
+            bound = 1.0 / np.sqrt(leaf.shape[-2])
+            fresh.append(jax.random.uniform(key, leaf.shape, leaf.dtype, -bound, bound))
+        else:  # a B matrix: zero (a new buffer: the actor's B must not be aliased)
+            fresh.append(jnp.zeros_like(leaf))
+    return jax.tree.unflatten(treedef, fresh)
+
+
+# ---------------------------------------------------------------------------
+# Placement: devices and processes.
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where a run's arrays live and which rollout threads this process steps.
+
+    `mesh` None: one device, no sharding call anywhere (the compiled update is
+    exactly the single-device one).  A mesh: the training layout of
+    docs/distributed.md.  `count` > 1 processes: each steps threads
+    `first_thread ... first_thread + threads - 1` and samples them on its own
+    devices; the batch is assembled from every process's rows.
+    """
+
+    mesh: Mesh | None = None
+    index: int = 0
+    count: int = 1
+    first_thread: int = 0
+    threads: int = 0
+
+    @property
+    def primary(self) -> bool:
+        """Process 0: the one that prints and writes the run's files."""
+        return self.index == 0
+
+    def describe(self) -> str | None:
+        """The line that names the mesh (None for one device)."""
+        if self.mesh is None:
+            return None
+        sizes = " x ".join(f"{axis} {size}" for axis, size in self.mesh.shape.items())
+        local = jax.local_device_count()
+        where = (f" in {self.count} processes (each samples on its {local} device{'s' * (local > 1)})"
+                 if self.count > 1 else "")
+        return f"mesh: {sizes} over {self.mesh.devices.size} {self.mesh.devices.flat[0].platform} devices{where}"
+
+    def place_policy(self, graph: PolicyGraph, frozen: FrozenBase, params: dict[str, Any]):
+        """(graph, frozen, params) in the training layout (as they are on one device)."""
+        if self.mesh is None:
+            return graph, frozen, params
+        if self.count > 1:  # host values, identical in every process: each device takes its slice
+            frozen, params = jax.tree.map(np.asarray, (frozen, params))
+        frozen, params = sharded_update.shard_policy(frozen, params, self.mesh)
+        # Behaviour statistics and the update both pin rows per layer (FSDP as ZeRO-3): the same
+        # sums on both sides, so the first PPO ratio is exactly 1 on an fsdp mesh too.
+        return sharded_update.constrained_graph(graph, self.mesh), frozen, params
+
+    def learner(self, graph: PolicyGraph, method: Method, lconfig: LearnerConfig, params: dict[str, Any],
+                key: jax.Array) -> tuple[Callable, Callable[[], int], TrainState]:
+        """(the compiled update, its compile count, the initial train state)."""
+        if self.mesh is None:
+            update_fn, compiles = make_update_fn(graph, method, lconfig)
+            return update_fn, compiles, init_train_state(params, lconfig, key)
+        update_fn, compiles = sharded_update.make_sharded_update_fn(graph, method, lconfig, self.mesh)
+        return update_fn, compiles, sharded_update.init_sharded_train_state(params, lconfig, key, self.mesh)
+
+    def sampler(self, graph: PolicyGraph, frozen: FrozenBase, params: dict[str, Any],
+                prompt_buckets: tuple[int, ...]) -> Sampler:
+        """The acting policy: on a mesh, rows over the data axes and the base in its sampling
+        layout; over several processes, each samples its own threads from a process-local copy."""
+        if self.count == 1:
+            return Sampler(merged_actor(graph, frozen, params), mesh=self.mesh, prompt_buckets=prompt_buckets)
+        return Sampler(merged_actor(graph, *hosts.local_copy((frozen, params))),
+                       mesh=hosts.local_sampling_mesh(self.mesh), prompt_buckets=prompt_buckets)
+
+    def own_threads(self, collector: RolloutCollector, num_threads: int, seed: int) -> None:
+        """Several processes: the collector steps this process's threads, with its own NumPy stream."""
+        if self.count > 1:
+            collector.take_thread_block(self.first_thread, num_threads, hosts.numpy_seed(seed, self.index, self.count))
+
+    def rollout_key(self, key: jax.Array) -> jax.Array:
+        """This process's sampling key (distinct noise per process; the key itself for one)."""
+        return hosts.process_key(key, self.index, self.count)
+
+    def batch_arrays(self, steps: list[list[StepRecord]], next_prompts: list[list[int]], method: Method,
+                     rconfig: RolloutConfig, pad_id: int):
+        """(batch arrays, next-prompt arrays) packed and placed: over several processes with shapes
+        every process shares, each process's rows on its own devices; on a mesh, rows over the data
+        axes, whole threads per device."""
+        if self.count > 1:
+            arrays = pack_batch_agreed(steps, next_prompts, method, rconfig, pad_id, hosts.agree_max)
+            return tuple(hosts.global_rows(tree, self.mesh, parallel.batch_shardings) for tree in arrays)
+        arrays, next_arrays = pack_batch(steps, next_prompts, method, rconfig, pad_id)
+        if self.mesh is not None:
+            return parallel.shard_batch(arrays, self.mesh), parallel.shard_batch(next_arrays, self.mesh)
+        return arrays, next_arrays
+
+
+def placement(config: ml_collections.ConfigDict) -> Placement:
+    """The placement `config.mesh` asks for over the run's devices (every process's); TrainError
+    (one line) if the devices do not fit it, or, over several processes, if the threads or the
+    mesh do not split evenly between them.  Call after the processes have joined."""
+    count, index = jax.process_count(), jax.process_index()
+    try:
+        mesh = parallel.mesh_from_config(config.mesh)
+        if count > 1:
+            hosts.thread_share(int(config.num_threads), 0, count)
+            hosts.check_mesh(mesh)
+    except ValueError as error:
+        raise TrainError(str(error)) from None
+    if mesh is not None:
+        resolved = config.copy_and_resolve_references()
+        resolved.mesh.data, resolved.mesh.fsdp = int(mesh.shape["data"]), int(mesh.shape["fsdp"])
+        config_lib.validate(resolved)  # the checks between threads and devices, with -1 resolved
+    first_thread, threads = hosts.thread_share(int(config.num_threads), index, count)
+    return Placement(mesh, index, count, first_thread, threads)
+
+
+# ---------------------------------------------------------------------------
+# The build.
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """What `build` makes of a config: the run's method and dataclasses, the tokenizer, and the
+    policy split into its compiled graph, frozen base and trainable parameters (placed)."""
+
+    config: ml_collections.ConfigDict
+    method: Method
+    learner: LearnerConfig
+    rollout: RolloutConfig
+    tokenizer: Any
+    graph: PolicyGraph
+    frozen: FrozenBase
+    params: dict[str, Any]
+    placement: Placement
+    seeds: RunSeeds
+
+
+def build(config: ml_collections.ConfigDict, where: Placement | None = None) -> Built:
+    """Builds what `config` describes (on `where`, default one device): the method, the learner's
+    and the rollouts' configs, the model (its weights loaded or made), the value head and, for a
+    LoRA critic, a fresh critic adapter.  TrainError (one line) for a model that cannot load."""
+    where = Placement(threads=int(config.num_threads)) if where is None else where
+    seeds = run_seeds(int(config.seed), where.index)
+    method, lconfig = build_method(config), config_lib.learner_config(config)
+    model, tokenizer = load_model(config)
+    head = build_value_head(model, config, seeds.head)
+    graph, frozen, params = split_policy(model, head)
+    if config.critic.kind == "lora":
+        params["critic_lora"] = fresh_critic_lora(model, seeds.critic_lora)
+    rconfig = config_lib.rollout_config(config, tuple(tokenizer.eos_token_ids))
+    graph, frozen, params = where.place_policy(graph, frozen, params)
+    return Built(config, method, lconfig, rconfig, tokenizer, graph, frozen, params, where, seeds)

@@ -1,0 +1,265 @@
+"""`python -m poad_jax.train --config=configs/datasci.py [--workdir=W] [--config.x=y ...]`
+
+Trains POAD, NTPO or TWOSOME (`poad_jax.run.train.run`).  Re-running the same
+command with the same `--workdir` resumes from the latest checkpoint; see
+`poad_jax.run.train` for what the run writes and `poad_jax.run.rundir` for
+what a re-run may change.
+
+This module is the command around it: the command line (absl flags and
+`ml_collections` config files, with one line for any mistake), the exit
+statuses (0; 2 for a user mistake, printed as one line on stderr; 130 for
+Ctrl-C), and the end-of-run summary with the command that continues the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import shlex
+import sys
+from typing import Any
+
+import jax
+import ml_collections
+from absl import flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+import envs_py
+from poad_jax.agent.methods import UnknownMethodError
+from poad_jax.parallel import hosts
+from poad_jax.run import best_program as best_lib
+from poad_jax.run import checkpoint as checkpoint_lib
+from poad_jax.run import config as config_lib
+from poad_jax.run import metrics as run_logging
+from poad_jax.run.config import load_config_file, split_config_argument
+from poad_jax.run.rundir import check_cache_dir, default_workdir
+from poad_jax.run.train import RunResult, TrainError, run
+
+
+def advice_lines(config: ml_collections.ConfigDict, episodes: dict[str, Any]) -> list[str]:
+    """What to try when the run achieved nothing (no step or episode succeeded)."""
+    steps, ok = int(episodes.get("steps", 0)), int(episodes.get("succeeded_steps", 0))
+    if not steps or ok or any(episodes.get("finished_success", [])):
+        return []
+    if str(config.env.name).startswith("datasci/"):
+        if "smollm2" in str(config.model).lower():
+            return [f"why: SmolLM2-135M rarely writes runnable scikit-learn code (0 of {steps} here); "
+                    "the default configs/datasci.py uses a code model (Qwen2.5-Coder-0.5B: about 3 in 4 "
+                    "programs run before training)."]
+        return ["try: read the failures above; more sampling.max_new_tokens if programs are cut off, "
+                "or a longer run (--config.total_env_steps)."]
+    return ["try: a longer run (--config.total_env_steps) or a larger learning rate (ppo.actor_lr)."]
+
+
+def cut_off_lines(config: ml_collections.ConfigDict, records: list[dict[str, Any]]) -> list[str]:
+    """How many actions (programs) the token limit cut off, when any was (older records lack the count)."""
+    cut = sum(int(record.get("actions_cut_off") or 0) for record in records)
+    if not cut:
+        return []
+    return [f"{cut} of {records[-1]['env_steps']} programs were cut off by sampling.max_new_tokens "
+            f"({int(config.sampling.max_new_tokens)} tokens)."]
+
+
+RESUME_OPTIONS = ("--workdir", "--config.total_env_steps")  # what `continue_command` sets itself
+
+def continue_command(argv: list[str], workdir: pathlib.Path, total_env_steps: int) -> str:
+    """The command line `argv` (the one that ran) with this run directory and `total_env_steps`:
+    the command that trains the same run further (it resumes from the last checkpoint)."""
+    kept, skip_value = [], False
+    for arg in argv[1:]:
+        if skip_value:
+            skip_value = False
+        elif arg.split("=", 1)[0] in RESUME_OPTIONS:
+            skip_value = "=" not in arg  # `--workdir W`: its value is the next argument
+        else:
+            kept.append(arg)
+    python = sys.executable or "python"
+    relative = os.path.relpath(python)
+    python = python if relative.startswith("..") else relative  # `.venv/bin/python` when run from its checkout
+    return shlex.join([python, "-m", "poad_jax.train", *kept, f"--workdir={workdir}",
+                       f"--config.total_env_steps={total_env_steps}"])
+
+
+def continue_lines(config: ml_collections.ConfigDict, result: RunResult, argv: list[str] | None = None) -> list[str]:
+    """How to go on: a finished run trains further with more env steps (twice as many here), a run
+    stopped early resumes; shown as the full command when `argv` (the command that ran) is known."""
+    if not result.records:
+        return []
+    more = 2 * int(config.total_env_steps) if result.finished else int(config.total_env_steps)
+    what = "to continue training" if result.finished else "to finish the run"
+    update = result.records[-1]["update"]
+    if argv is None:
+        return [f"{what}: re-run with --workdir={result.workdir} --config.total_env_steps={more} "
+                f"(it resumes from update {update})."]
+    return [f"{what} (it resumes from update {update}, up to {more} env steps):",
+            f"  {continue_command(argv, result.workdir, more)}"]
+
+
+def summary_text(config: ml_collections.ConfigDict, result: RunResult, argv: list[str] | None = None) -> str:
+    """The end-of-run summary: the metric table, what the run achieved in words, the best program,
+    what to try if nothing succeeded, and how to continue (`continue_lines`)."""
+    datasci = str(config.env.name).startswith("datasci/") or result.best is not None  # an env with programs
+    unit = ("programs", "ran", "AUC") if datasci else ("steps", "succeeded", "reward")
+    lines = [run_logging.summary_table(result.records), ""]
+    lines += run_logging.run_summary_lines(result.records, result.episodes, int(config.total_env_steps), *unit)
+    if datasci:
+        lines += cut_off_lines(config, result.records)
+        lines += best_lib.summary_lines(result.best, result.workdir)
+    lines += advice_lines(config, result.episodes)
+    lines += continue_lines(config, result, argv)
+    return "\n".join(lines)
+
+
+def enable_compilation_cache(cache_root: pathlib.Path | None = None) -> None:
+    """Persists XLA compilations across runs (a resumed or repeated run skips
+    most compile time).  `$JAX_COMPILATION_CACHE_DIR` wins; the default is
+    `<cache root>/jax` (`$POAD_CACHE`, else ~/.cache/poad_jax; checked by
+    `check_cache_dir` when not given)."""
+    cache_root = check_cache_dir() if cache_root is None else cache_root
+    if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        jax.config.update("jax_compilation_cache_dir", str(cache_root / "jax"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+USER_ERRORS = (TrainError, UnknownMethodError, envs_py.UnknownEnvError, checkpoint_lib.NoIntactCheckpointError,
+               best_lib.BestProgramError)
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+
+
+def fail(message: str) -> None:
+    """Prints `error: <message>` as one line on stderr and exits with status 2."""
+    print(f"error: {best_lib.one_line(message)}", file=sys.stderr)
+    sys.exit(EXIT_USER_ERROR)
+
+
+def interrupted_line(workdir: pathlib.Path) -> str:
+    """The one line a Ctrl-C prints: where a re-run resumes."""
+    steps = checkpoint_lib.checkpoint_steps(workdir)
+    if steps:
+        return f"interrupted: {workdir} resumes from update {steps[-1]} when you re-run the same command"
+    return "interrupted before the first checkpoint; re-running the same command starts the run again"
+
+
+class _DropInterruptTracebacks(logging.Filter):
+    """Orbax logs a Ctrl-C that lands while a checkpoint is being finalised as an
+    error with a traceback, then re-raises it; `main` reports the interrupt in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and record.exc_info[0] is KeyboardInterrupt)
+
+
+def _quiet_interrupts_in_orbax_logs() -> None:
+    absl_logger = logging.getLogger("absl")
+    if not any(isinstance(f, _DropInterruptTracebacks) for f in absl_logger.filters):
+        absl_logger.addFilter(_DropInterruptTracebacks())
+
+
+def main(config: ml_collections.ConfigDict, workdir: pathlib.Path, compilation_cache: bool = True,
+         show_progress: bool = True, argv: list[str] | None = None) -> int:
+    """Runs the training command; returns the exit status (0, 2 for a user mistake, 130 for Ctrl-C).
+
+    `compilation_cache=False` leaves JAX's process-wide cache setting alone
+    (tests); the cache directory is checked either way.  `argv`, the
+    command line, lets the summary print the command that continues the run.
+    """
+    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
+    _quiet_interrupts_in_orbax_logs()
+    try:
+        cache_root = check_cache_dir()
+        if compilation_cache:
+            enable_compilation_cache(cache_root)
+        result = run(config, workdir, show_progress=show_progress)
+    except USER_ERRORS as error:
+        print(f"error: {best_lib.one_line(error)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        checkpoint_lib.remove_unfinished_saves(workdir / "checkpoints")
+        print(f"\n{interrupted_line(workdir)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    primary = hosts.is_primary()
+    if jax.process_count() > 1:
+        jax.distributed.shutdown()  # a barrier: no process leaves while another still needs it
+    if primary:
+        print()
+        print(summary_text(config, result, argv))
+        print(f"\nrun directory: {result.workdir}")
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# Command line.
+
+
+def option_value(argv: list[str], name: str) -> str | None:
+    """The value of `--name=V` or `--name V` in argv (the last one wins), else None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+        elif arg == f"--{name}" and i + 1 < len(argv):
+            value = argv[i + 1]
+    return value
+
+
+def unknown_override(config: ml_collections.ConfigDict, argv: list[str]) -> str | None:
+    """One line for the first `--config.a.b=...` naming no field of `config` (with a close match), else None."""
+    for arg in argv:
+        if arg.startswith("--config."):
+            try:
+                config_lib.field_parent(config, arg[len("--config."):].split("=", 1)[0])
+            except config_lib.UnknownFieldError as error:
+                return str(error)
+    return None
+
+
+def parse_command_line(argv: list[str]) -> tuple[ml_collections.ConfigDict, pathlib.Path]:
+    """(config with overrides, workdir) from argv; exits with one line for any mistake."""
+    config_flags.DEFINE_config_file("config", None, "Path to a config file, e.g. configs/datasci.py.", lock_config=True)
+    flags.DEFINE_string("workdir", "", "Run directory (default runs/<config>-<method>-<timestamp>); re-use to resume.")
+    path = option_value(argv[1:], "config")
+    if path is None:
+        fail("--config is required, e.g. --config=configs/datasci.py")
+    if split_config_argument(path)[0].is_file():
+        try:
+            base = load_config_file(path)
+        except Exception as error:  # the user's config file itself fails to run
+            fail(f"cannot load config file {path}: {type(error).__name__}: {error}")
+        problem = unknown_override(base, argv[1:])
+        if problem:
+            fail(problem)
+    elif ":" not in path:  # config_flags also accepts `file.py:argument`
+        fail(f"no config file at {path}")
+    try:
+        flags.FLAGS(argv)
+        config = flags.FLAGS.config
+    except flags.Error as error:
+        fail(str(error))
+    except Exception as error:  # config_flags surfaces override problems as KeyError/AttributeError/...
+        fail(f"{type(error).__name__}: {str(error).encode().decode('unicode_escape')}")
+    if config is None:
+        fail(f"cannot load config file {path}")
+    workdir = flags.FLAGS.workdir
+    return config, pathlib.Path(workdir) if workdir else default_workdir(config)
+
+
+def cli(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv if argv is None else argv)
+    config, workdir = parse_command_line(argv)
+    status = main(config, workdir, argv=argv)
+    if status == EXIT_INTERRUPTED:
+        # Ctrl-C during a background checkpoint save can leave one of Orbax's worker threads
+        # waiting on an executor that was shut down ("cannot schedule new futures after
+        # shutdown"), and interpreter exit joins such threads: seen as a hang on a loaded
+        # machine. Everything worth keeping is on disk by now (finished checkpoints; unfinished
+        # saves removed; metrics and TensorBoard flushed per update), so leave without the join.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    cli()

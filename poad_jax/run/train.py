@@ -1,0 +1,263 @@
+"""The training run: `run(config, workdir)` checks and builds everything, then `train`
+is the outer loop (rollout -> batch -> one compiled PPO update -> log -> checkpoint).
+
+`python -m poad_jax.train --config=configs/x.py [--workdir=W] [--config.x=y ...]`
+(`poad_jax.run.cli`) calls `run`.  Re-running the same command with the same
+`--workdir` resumes from the latest checkpoint (`poad_jax.run.resume`);
+the directory's `config.json` says what its checkpoints mean
+(`poad_jax.run.rundir`).
+
+Writes to the workdir: `config.json`, `metrics.jsonl`, `tensorboard/`,
+`curves.png`, `checkpoints/`; DataSciCoding runs also `best_program.py` and
+`best_program.json` (`run/best_program.py`); when the run has reached
+`total_env_steps`, `finished.json` (a marker a study runner can test).
+Nothing is written to the run directory before the configuration, the
+directory, the model and the environment have been checked.
+
+Several processes (one per host, `config.distributed`; README "Several
+hosts"): every process runs this same loop and issues the same compiled
+calls; each steps its share of the threads (`build.Placement`), the batch is
+assembled from every process's rows, and process 0 alone writes the files
+above (Orbax checkpoints are saved and restored by all).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import resource
+import shutil
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+import envs_py
+from poad_jax.agent.experience import behaviour_statistics, make_token_batch
+from poad_jax.agent.methods import Method
+from poad_jax.agent.episodes import episode_summary, step_summary
+from poad_jax.agent.rollout import RolloutCollector, StepRecord, actions_cut_off
+from poad_jax.core import flops as flops_lib
+from poad_jax.core.token_batch import TokenBatch
+from poad_jax.parallel import hosts
+from poad_jax.run import best_program as best_lib
+from poad_jax.run import checkpoint as checkpoint_lib
+from poad_jax.run import metrics as run_logging
+from poad_jax.run import rundir
+from poad_jax.run.build import Built, build, placement
+from poad_jax.run.config import ConfigError, validate
+from poad_jax.run.progress import NoProgress, RunProgress
+from poad_jax.run.resume import checkpoint_meta, restore, run_stats
+from poad_jax.sampling import Sampler
+
+TrainError = ConfigError  # the trainer's user mistakes are the configuration's: one line, exit status 2
+
+
+@dataclasses.dataclass
+class RunResult:
+    workdir: pathlib.Path
+    records: list[dict[str, Any]]
+    state: Any
+    episodes: dict[str, Any] = dataclasses.field(default_factory=dict)  # EpisodeStats.state_dict()
+    best: best_lib.BestProgram | None = None
+    finished: bool = False
+
+
+def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None, show_progress: bool = True,
+        max_updates: int | None = None) -> RunResult:
+    """Trains (or resumes) the run described by `config` in `workdir`.
+
+    `max_updates` stops after that many updates in this call (tests use it
+    to interrupt a run).  Raises TrainError for user mistakes, before
+    anything is written to `workdir`.
+    """
+    validate(config)
+    join_processes(config)  # before anything else touches JAX
+    where = placement(config)  # the devices fit the mesh, checked before anything is written
+    workdir = pathlib.Path(workdir) if workdir else rundir.default_workdir(config)
+    changes = rundir.prepare_workdir(workdir, config)
+    if show_progress and where.primary:  # a real model's first load converts its GGUF: seconds to a minute
+        print(f"loading model {config.model}", flush=True)
+    built = build(config, where)
+    envs = build_envs(config, where.threads, built.seeds.envs)
+    created = not workdir.exists()
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        if where.primary and not checkpoint_lib.checkpoint_steps(workdir):
+            stored = rundir.read_stored_config(workdir)
+            if stored is not None and rundir.config_differences(stored, rundir.config_as_json(config))[0]:
+                rundir.clear_stale_outputs(workdir)
+        if where.primary:
+            rundir.write_config(workdir, config, changes)
+        return train(config, workdir, built, envs, show_progress and where.primary, max_updates)
+    except BaseException:
+        # A start that failed (or was interrupted) before anything worth keeping leaves no directory.
+        if where.primary and created and not checkpoint_lib.checkpoint_steps(workdir) \
+                and not (workdir / best_lib.RECORD_FILE).exists():
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    finally:
+        envs.close()
+
+
+def train(config: ml_collections.ConfigDict, workdir: pathlib.Path, built: Built, envs: envs_py.VectorEnv,
+          show_progress: bool = True, max_updates: int | None = None) -> RunResult:
+    """The outer loop, from the last checkpoint (if any) to `total_env_steps`: each update
+    collects a rollout with the current actor, packs it into a TokenBatch with the behaviour
+    statistics, runs one compiled PPO update, logs the record and saves a checkpoint."""
+    where, method, rconfig, seeds = built.placement, built.method, built.rollout, built.seeds
+    if show_progress and where.describe():
+        print(where.describe())
+    update_fn, update_compiles, state = where.learner(built.graph, method, built.learner, built.params, seeds.learner)
+    sampler = where.sampler(built.graph, built.frozen, built.params, rconfig.prompt_buckets)
+    collector = RolloutCollector(envs, built.tokenizer, sampler, method, rconfig, seed=seeds.numpy)
+    where.own_threads(collector, int(config.num_threads), int(config.seed))
+    checkpointer = checkpoint_lib.RunCheckpointer(workdir, int(config.keep_checkpoints))
+    logger = run_logging.MetricsLogger(workdir, tensorboard=bool(config.tensorboard) and where.primary,
+                                       write=where.primary)
+    keeper = best_lib.BestProgramKeeper(workdir, str(config.env.name), dict(config.env.kwargs)) if where.primary \
+        else _NoBestProgram()
+    total, progress = int(config.total_env_steps), NoProgress()
+    try:
+        state, rollout_rng, records = restore(checkpointer, state, collector, envs, logger, where, seeds.rollout,
+                                              workdir, say=print if show_progress else None)
+        target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
+        if collector.env_steps < total and where.primary:
+            (workdir / rundir.FINISHED_FILE).unlink(missing_ok=True)
+        run_episodes = run_stats(collector.stats)  # the whole run's episodes (all processes')
+        if show_progress:
+            progress = RunProgress(total, collector.env_steps, f"{config.method} {config.env.name}")
+        last_update = final_update(config, int(state.update_step), collector.env_steps, total)
+        last_kl: float | None = None
+        updates_this_call = 0
+        while collector.env_steps < total and (max_updates is None or updates_this_call < max_updates):
+            before, sampler_flops = dict(collector.timings), sampler.matmul_flops
+            episodes_before, counters_before = len(run_episodes.finished_returns), run_episodes.counters()
+            update_in_flight = int(state.update_step) + 1
+            progress.phase(f"update {update_in_flight}/{last_update}: rollout")
+            rollout_rng, collect_rng = jax.random.split(rollout_rng)
+
+            def on_step(new_steps):
+                progress.advance(new_steps, run_logging.progress_postfix(run_episodes.state_dict(), last_kl))
+
+            def on_results(results, first_env_step):
+                keeper.offer(results, first_env_step, update_in_flight)
+
+            sampler.set_lora(hosts.local_copy(state.params["actor"]))
+            steps, next_prompts = collector.collect(where.rollout_key(collect_rng), on_step, on_results)
+            run_episodes = run_stats(collector.stats)
+            progress.phase(f"update {update_in_flight}/{last_update}: learning")
+            start = time.perf_counter()
+            arrays, next_arrays = where.batch_arrays(steps, next_prompts, method, rconfig,
+                                                     built.tokenizer.pad_token_id)
+            value_head = target_head if config.critic.target_update_every > 0 else state.params["head"]
+            stats = behaviour_statistics(built.graph, built.frozen, state.params, value_head, arrays, next_arrays,
+                                         method=method, temperature=built.learner.temperature,
+                                         critic_kind=built.learner.critic_kind)
+            batch = make_token_batch(arrays, stats)
+            jax.block_until_ready(batch)
+            behaviour_seconds, start = time.perf_counter() - start, time.perf_counter()
+            state, metrics = update_fn(state, built.frozen, batch)
+            metrics = jax.device_get(hosts.local_copy(metrics))
+            seconds = {"sampling": collector.timings["sampling"] - before["sampling"],
+                       "env": collector.timings["env"] - before["env"], "behaviour": behaviour_seconds,
+                       "learner": time.perf_counter() - start}
+            update = int(state.update_step)
+            if config.critic.target_update_every > 0 and update % int(config.critic.target_update_every) == 0:
+                target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
+            record = {"update": update, "env_steps": collector.env_steps,
+                      **episode_summary(run_episodes, since=episodes_before),
+                      **step_summary(run_episodes, counters_before),
+                      **{k: float(v) for k, v in metrics.items()},
+                      **batch_record(config, method, steps, rconfig, batch, sampler, sampler_flops, update_compiles()),
+                      **{f"seconds_{phase}": value for phase, value in seconds.items()},
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+            logger.log(record)
+            records.append(record)
+            updates_this_call += 1
+            if update % int(config.checkpoint_every) == 0 or collector.env_steps >= total:
+                progress.phase(f"update {update}/{last_update}: saving")
+                checkpointer.save(update, state, checkpoint_meta(update, collector, envs, rollout_rng, records))
+            if collector.env_steps >= total and where.primary:
+                rundir.write_finished_marker(workdir, records[-1], total)
+            last_kl = record["approx_kl"]
+            progress.show(run_logging.progress_postfix(run_episodes.state_dict(), last_kl))
+    finally:
+        progress.close()
+        logger.close()
+        checkpointer.close()
+    episodes = run_episodes.state_dict()
+    if config.plot and records and where.primary:
+        run_logging.plot_curves(records, workdir / "curves.png", episodes)
+    finished = bool(records) and records[-1]["env_steps"] >= total
+    return RunResult(workdir, records, state, episodes, keeper.best, finished)
+
+
+def join_processes(config: ml_collections.ConfigDict) -> None:
+    """Joins a multi-process run (`config.distributed`; nothing for one
+    process); TrainError (one line) when it cannot."""
+    try:
+        hosts.initialize(config.distributed)
+    except Exception as error:  # unreachable coordinator, JAX already started, no cluster detected, ...
+        where = config.distributed.coordinator
+        raise TrainError(f"cannot join the run's processes (distributed.coordinator {where!r}): "
+                         f"{best_lib.one_line(error)}") from None
+
+
+def build_envs(config: ml_collections.ConfigDict, num_envs: int | None = None,
+               seed: int | None = None) -> envs_py.VectorEnv:
+    """The run's vector env (default: all `num_threads` threads, seeded by
+    `config.seed`; a process of a multi-process run builds its share);
+    TrainError (one line) for anything the user can fix (kwargs, data files)."""
+    try:
+        return envs_py.VectorEnv(
+            config.env.name, int(config.num_threads) if num_envs is None else int(num_envs),
+            seed=int(config.seed) if seed is None else int(seed),
+            mode=str(config.env.vector_mode), **dict(config.env.kwargs),
+        )
+    except Exception as error:  # construction runs user-chosen kwargs and data files: say what failed
+        raise TrainError(f"cannot build environment {config.env.name!r}: {best_lib.one_line(error)}") from None
+
+
+class _NoBestProgram:
+    """The best-program keeper of a process other than 0: writes nothing."""
+
+    best = None
+
+    def offer(self, results, first_env_step: int, update: int) -> bool:
+        del results, first_env_step, update
+        return False
+
+
+def final_update(config: ml_collections.ConfigDict, update: int, env_steps: int, total: int) -> int:
+    """The update the run ends at: `update` plus the updates (of num_threads x rollout_length
+    env steps, all processes') that `total - env_steps` needs, rounded up."""
+    per_update = int(config.num_threads) * int(config.rollout_length)
+    return update + max(0, -(-(total - env_steps) // per_update))
+
+
+def batch_record(config: ml_collections.ConfigDict, method: Method, steps: list[list[StepRecord]], rconfig,
+                 batch: TokenBatch, sampler: Sampler, sampler_flops_before: int,
+                 learner_compiles: int) -> dict[str, int]:
+    """An update's batch fields: the actions the token limit cut off (all processes'), the batch's
+    prompt and action lengths, and its cost (`update_cost_record`)."""
+    return {"actions_cut_off": sum(hosts.allgather_json(actions_cut_off(steps, rconfig))),
+            "batch_prompt_len": int(batch.prompt_len), "batch_action_len": int(batch.action_len),
+            **update_cost_record(config, method, batch, sampler, sampler_flops_before, learner_compiles)}
+
+
+def update_cost_record(config: ml_collections.ConfigDict, method: Method, batch: TokenBatch, sampler: Sampler,
+                       sampler_flops_before: int, learner_compiles: int) -> dict[str, int]:
+    """An update's cost fields: the compilations so far (`compiles_*`) and the matmul FLOPs
+    (`flops_*`, `poad_jax.core.flops`) of its sampler calls (this process's: the sampler's count
+    since `sampler_flops_before`), its behaviour pass and its learner update (the whole batch's)."""
+    passes = method.scheme.passes(batch.tokens.shape, batch.action_len)
+    counted = flops_lib.update_flops(
+        sampler.model_config, passes, head_sizes=tuple(config.critic.hidden_sizes), next_rows=batch.num_threads,
+        prompt_len=batch.prompt_len, critic_kind=str(config.critic.kind), remat=str(config.remat),
+        epochs=int(config.ppo.epochs))
+    return {"compiles_learner": int(learner_compiles), "compiles_sampler": int(sampler.compile_count),
+            "flops_sampler": int(sampler.matmul_flops - sampler_flops_before),
+            "flops_behaviour": counted["behaviour"], "flops_learner": counted["learner"]}

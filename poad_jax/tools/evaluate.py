@@ -1,0 +1,154 @@
+"""`python -m poad_jax.evaluate --workdir W --env NAME [--env NAME2 ...] --episodes N`
+
+Evaluates a run's trained actor: for each environment, N episodes with the
+policy sampled as in training and N greedy (temperature 0; trie decoding
+picks the most likely valid action token by token), and prints return and
+success rate per env in one table.  `--env all-virtualhome` expands to the
+VirtualHome food-preparation task and all its generalisation variants.
+
+`python -m poad_jax.evaluate --workdir W --best-program` instead re-scores
+a DataSciCoding run's best program on its dataset's five splits
+(`poad_jax.best_program`).  An environment in which no episode finishes
+within `--max-steps` shows `-` in the table and makes the command end with
+one error line and status 2 (never a NaN with status 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import sys
+
+import jax
+import numpy as np
+
+import envs_py
+from poad_jax.agent.rollout import RolloutCollector
+from poad_jax.run import best_program
+from poad_jax.run.build import build_method
+from poad_jax.run.config import rollout_config
+from poad_jax.sampling import Sampler
+from poad_jax.tools.export import ExportError, load_trained_actor
+
+
+def expand_env_names(names: list[str]) -> list[str]:
+    """Expands `all-virtualhome` to food preparation and all its registered variants."""
+    expanded = []
+    for name in names:
+        if name == "all-virtualhome":
+            expanded.extend(n for n in envs_py.registry() if n.startswith("virtualhome/food_preparation"))
+        else:
+            expanded.append(name)
+    return expanded
+
+
+@dataclasses.dataclass
+class EvalResult:
+    env: str
+    mode: str
+    episodes: int
+    mean_return: float
+    success_rate: float
+
+
+def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy: bool, seed: int, max_steps: int) -> EvalResult:
+    """Plays `episodes` full episodes (threads in parallel) and averages return and success."""
+    method = build_method(config)
+    rconfig = rollout_config(config, tuple(tokenizer.eos_token_ids))
+    sampling = dataclasses.replace(rconfig.sampling, temperature=0.0 if greedy else rconfig.sampling.temperature)
+    threads = min(episodes, int(config.num_threads))
+    rconfig = dataclasses.replace(rconfig, sampling=sampling, num_threads=threads, rollout_length=1)
+    kwargs = dict(config.env.kwargs) if env_name == config.env.name else {}
+    try:
+        envs = envs_py.VectorEnv(env_name, threads, seed=seed, mode=str(config.env.vector_mode), **kwargs)
+    except Exception as error:  # kwargs and data files are the user's: one line, not a traceback
+        raise ExportError(f"cannot build environment {env_name!r}: {' '.join(str(error).split())}") from None
+    collector = RolloutCollector(envs, tokenizer, Sampler(model, prompt_buckets=rconfig.prompt_buckets), method,
+                                 rconfig, seed=seed)
+    rng = jax.random.key(seed)
+    steps = 0
+    try:
+        while len(collector.stats.finished_returns) < episodes and steps < max_steps:
+            rng, step_rng = jax.random.split(rng)
+            collector.collect(step_rng)
+            steps += 1
+    finally:
+        envs.close()
+    returns = collector.stats.finished_returns[:episodes]
+    success = collector.stats.finished_success[:episodes]
+    return EvalResult(
+        env_name, "greedy" if greedy else "sampled", len(returns),
+        float(np.mean(returns)) if returns else float("nan"),
+        float(np.mean(success)) if success else float("nan"),
+    )
+
+
+def format_table(results: list[EvalResult]) -> str:
+    """One row per (env, mode); `-` where no episode finished."""
+    lines = [f"{'environment':<44}{'mode':<9}{'episodes':>9}{'return':>10}{'success':>9}"]
+    for r in results:
+        ret = f"{r.mean_return:.3f}" if r.episodes else "-"
+        success = f"{r.success_rate:.2f}" if r.episodes else "-"
+        lines.append(f"{r.env:<44}{r.mode:<9}{r.episodes:>9}{ret:>10}{success:>9}")
+    return "\n".join(lines)
+
+
+def unfinished_line(results: list[EvalResult], max_steps: int) -> str | None:
+    """The error line for environments where no episode finished, else None."""
+    empty = sorted({f"{r.env} ({r.mode})" for r in results if r.episodes == 0})
+    if not empty:
+        return None
+    return (f"no episode finished within --max-steps {max_steps} in {', '.join(empty)}; "
+            "raise --max-steps")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m poad_jax.evaluate", description=__doc__.split("\n")[0])
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--env", action="append", help="environment name (repeatable); default: the run's env")
+    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--max-steps", type=int, default=1000, help="env steps per thread before giving up")
+    parser.add_argument("--mode", choices=["both", "sampled", "greedy"], default="both")
+    parser.add_argument("--best-program", action="store_true",
+                        help="re-score the run's best DataSciCoding program instead (poad_jax.best_program)")
+    args = parser.parse_args(argv)
+    if args.best_program:
+        return best_program.main(["--workdir", args.workdir])
+    if args.episodes < 1 or args.max_steps < 1:
+        print("error: --episodes and --max-steps must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        config, model, tokenizer, _ = load_trained_actor(pathlib.Path(args.workdir))
+    except ExportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    names = expand_env_names(args.env or [config.env.name])
+    known = envs_py.registry()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"error: unknown environment(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
+        return 2
+    modes = {"both": (False, True), "sampled": (False,), "greedy": (True,)}[args.mode]
+    results = []
+    for name in names:
+        for greedy in modes:
+            try:
+                results.append(evaluate_env(model, tokenizer, config, name, args.episodes, greedy, args.seed,
+                                            args.max_steps))
+            except ExportError as error:
+                print(f"error: {error}", file=sys.stderr)
+                return 2
+            print(format_table(results[-1:]).splitlines()[-1], flush=True)
+    print()
+    print(format_table(results))
+    problem = unfinished_line(results, args.max_steps)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

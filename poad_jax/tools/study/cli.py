@@ -1,0 +1,92 @@
+"""`python -m poad_jax.study --study=studies/<name>.py [--workdir=W] [--workers=N] [--report]`
+
+Runs a grid of training runs ("cells") and aggregates them into learning
+curves with seed bands and a table of final results.
+
+A study file defines `get_study()` returning a dict (config fields are
+dotted paths, which ConfigDict keys cannot hold):
+
+    name="gamma_w",                           # names the study (and its default workdir)
+    base_config="configs/synthetic.py",       # relative to the repository root or the study file
+    fixed={"total_env_steps": 4800},          # overrides applied to every cell
+    axes={                                    # the grid: an ordered mapping axis -> values
+        "variant": [                          # a value may be a dict of coupled overrides ...
+            {"label": "POAD", "method": "poad"},
+            {"label": "NTPO 0.9", "method": "ntpo", "gamma_w": 0.9},
+        ],
+        "env.kwargs.action_length": [2, 4, 8],  # ... or a scalar for the axis's own field
+    },
+    seeds=(0, 1, 2, 3, 4),
+    report={"metric": "episode_return", "threshold": 3.5, "smoothing": 5,   # all optional
+            "facet": "env.kwargs.action_length", "heatmap": ("variant", "env.kwargs.action_length"),
+            "theory": "poad_jax.tools.theory:save_or_take_optimum",
+            "steps": {"succeeded": "runnable", "reward": "AUC"}},  # a table of succeeded steps per cell
+
+Each cell is an ordinary run directory of `poad_jax.train` (`<workdir>/cells/<cell>`),
+run as its own process, so checkpoints, metrics and resume are the trainer's.
+Re-running the same command skips finished cells and resumes the others; a
+`kill -9` of the runner kills its trainers with it (they lose at most the
+update in flight).  A finished cell whose trainer config equals a cell's
+(in a sibling study's workdir: `runs/studies/*`) is reused, as a symlink,
+instead of being run again.
+"""
+
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+
+from poad_jax.tools.study.report import publish, write_report
+from poad_jax.tools.study.scheduler import read_json, run_study
+from poad_jax.tools.study.spec import REPO, STUDY_FILE, StudyError, load_study
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m poad_jax.study", description=__doc__.splitlines()[0])
+    parser.add_argument("--study", required=True, help="study file, e.g. studies/gamma_w.py")
+    parser.add_argument("--workdir", default=None, help="default: runs/studies/<study name>")
+    parser.add_argument("--workers", type=int, default=1, help="cells trained at once (default 1)")
+    parser.add_argument("--report", action="store_true", help="only aggregate what the cells have logged")
+    parser.add_argument("--no-reuse", action="store_true", help="never reuse finished cells of sibling studies")
+    parser.add_argument("--up-to", type=int, default=None, metavar="ENV_STEPS",
+                        help="a first pass: train every cell only up to this many env steps (re-run without "
+                             "it to continue them to the end)")
+    parser.add_argument("--publish", default=None, metavar="DIR",
+                        help="also copy the report and its figures to DIR (e.g. docs/results)")
+    args = parser.parse_args(argv)
+    try:
+        if args.workers < 1:
+            raise StudyError(f"--workers must be >= 1, got {args.workers}")
+        if args.up_to is not None and args.up_to < 1:
+            raise StudyError(f"--up-to must be >= 1 env step, got {args.up_to}")
+        study = load_study(args.study)
+        workdir = pathlib.Path(args.workdir) if args.workdir else REPO / "runs" / "studies" / study.name
+        if args.report:
+            if not (workdir / STUDY_FILE).exists():
+                raise StudyError(f"{workdir} holds no study yet: run it first (without --report)")
+            recorded = read_json(workdir / STUDY_FILE) or {}
+            if not study.recorded_in(recorded):
+                raise StudyError(f"workdir {workdir} holds another study ({recorded.get('identity')})")
+        else:
+            status = run_study(study, workdir, workers=args.workers, reuse=not args.no_reuse, up_to=args.up_to)
+            failed = [name for name, s in status.items() if s == "failed"]
+            if failed:
+                print(f"{len(failed)} cell(s) failed: {', '.join(failed[:5])}"
+                      + (" ..." if len(failed) > 5 else "") + "; re-run the same command to retry them")
+        path = write_report(study, workdir)
+        print(f"report: {path}")
+        if args.publish:
+            print(f"published: {publish(study, workdir, pathlib.Path(args.publish))}")
+    except StudyError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: re-run the same command to resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

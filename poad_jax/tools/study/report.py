@@ -1,0 +1,499 @@
+"""A study's report: aggregation over seeds, tables, plots and provenance."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import math
+import os
+import pathlib
+import warnings
+from typing import Any
+
+import numpy as np
+
+from poad_jax.tools.study.scheduler import (cell_finished, format_seconds, read_json, read_records, repo_commit,
+                                             seed_major)
+from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
+                                        value_label)
+
+
+
+def smooth(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average over up to `window` points, NaNs ignored (NaN if all are NaN)."""
+    if window <= 1:
+        return values.astype(float)
+    out = np.full(len(values), np.nan)
+    for i in range(len(values)):
+        chunk = values[max(0, i - window + 1): i + 1]
+        chunk = chunk[~np.isnan(chunk)]
+        if len(chunk):
+            out[i] = chunk.mean()
+    return out
+
+
+def curve(records: list[dict[str, Any]], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(env_steps, metric) per update; NaN where the update finished no episode."""
+    steps = np.array([float(r.get("env_steps") or 0) for r in records])
+    values = np.array([np.nan if r.get(metric) is None else float(r[metric]) for r in records])
+    return steps, values
+
+
+def final_value(records: list[dict[str, Any]], metric: str, fraction: float = 0.1) -> float:
+    """Mean of `metric` over the updates in the last `fraction` of the run's env steps.
+
+        final = mean { m_u : env_steps_u > (1 - fraction) * env_steps_last }   (NaNs skipped)
+    """
+    steps, values = curve(records, metric)
+    if not len(steps):
+        return float("nan")
+    keep = (steps > (1.0 - fraction) * steps[-1]) & ~np.isnan(values)
+    if not keep.any():  # too short a run: take the last update that has a value
+        valid = ~np.isnan(values)
+        return float(values[valid][-1]) if valid.any() else float("nan")
+    return float(values[keep].mean())
+
+
+def steps_to_threshold(records: list[dict[str, Any]], metric: str, threshold: float, window: int) -> float:
+    """First env step at which the smoothed `metric` reaches `threshold` (NaN if never)."""
+    steps, values = curve(records, metric)
+    smoothed = smooth(values, window)
+    hit = np.nonzero(smoothed >= threshold)[0]
+    return float(steps[hit[0]]) if len(hit) else float("nan")
+
+
+def mean_std(values: list[float]) -> tuple[float, float, int]:
+    """Mean and sample standard deviation (ddof 1; 0 for one value) over the non-NaN values."""
+    array = np.array([v for v in values if not math.isnan(v)])
+    if not len(array):
+        return float("nan"), float("nan"), 0
+    return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.0, len(array)
+
+
+# A study file's `report.theory` names "module:function"; study files written before the
+# package's layers name the module where it was then.
+MOVED_THEORY_MODULES = {"poad_jax.theory": "poad_jax.tools.theory"}
+
+
+def _theory_fn(spec: str | None):
+    if not spec:
+        return None
+    module_name, _, attr = spec.partition(":")
+    module_name = MOVED_THEORY_MODULES.get(module_name, module_name)
+    return getattr(importlib.import_module(module_name), attr)
+
+
+@dataclasses.dataclass
+class GroupResult:
+    label: str
+    group: tuple[tuple[str, str], ...]
+    seeds: list[int]
+    final_return: tuple[float, float, int]
+    final_success: tuple[float, float, int]
+    threshold_steps: list[float]
+    theory: float | None
+    curves: list[tuple[np.ndarray, np.ndarray]]
+    success_curves: list[tuple[np.ndarray, np.ndarray]]
+
+
+def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
+    """Per group (all axes but the seed), over its finished cells: final return/success over seeds,
+    curves, threshold steps."""
+    report = study.report
+    metric = report.get("metric", "episode_return")
+    window = int(report.get("smoothing", 1))
+    threshold = report.get("threshold")
+    fraction = float(report.get("final_fraction", 0.1))
+    theory = _theory_fn(report.get("theory"))
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in grid(study):
+        groups.setdefault(cell.group, []).append(cell)
+    results = []
+    for group, cells in groups.items():
+        finals, successes, reach, curves, success_curves, seeds = [], [], [], [], [], []
+        for cell in cells:
+            cell_dir = workdir / "cells" / cell.name
+            if not cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps)):
+                continue  # a running cell's last updates are not its final ones: it shows in the per-cell table
+            records = read_records(cell_dir)
+            seeds.append(cell.seed)
+            finals.append(final_value(records, metric, fraction))
+            successes.append(final_value(records, "success_rate", fraction))
+            if threshold is not None:
+                reach.append(steps_to_threshold(records, metric, float(threshold), window))
+            curves.append(curve(records, metric))
+            success_curves.append(curve(records, "success_rate"))
+        predicted = float(theory(cell_config(study, cells[0]))) if theory and cells else None
+        results.append(GroupResult(
+            label=", ".join(label for _, label in group), group=group, seeds=seeds,
+            final_return=mean_std(finals), final_success=mean_std(successes), threshold_steps=reach,
+            theory=predicted, curves=curves, success_curves=success_curves,
+        ))
+    return results
+
+
+PHASE_SECONDS = ("seconds_sampling", "seconds_env", "seconds_behaviour", "seconds_learner")
+
+
+@dataclasses.dataclass
+class CellSummary:
+    """One cell's progress as its metrics.jsonl tells it (robust to interrupted sessions)."""
+    name: str
+    finished: bool
+    env_steps: int
+    total_env_steps: int
+    episodes: int
+    first_success: float  # env steps at the first update in which an episode succeeded; NaN if none yet
+    final_return: float
+    final_success: float
+    seconds: float  # time in updates: the sum over updates of sampling, env, behaviour and learner seconds
+
+
+def summarise_cell(study: Study, workdir: pathlib.Path, cell: Cell) -> CellSummary | None:
+    """The cell's row of the per-cell table, or None before its first logged update.
+
+        first_success = min { env_steps_u : success_rate_u > 0 },  seconds = sum_u sum_phase seconds_phase,u
+    """
+    cell_dir = workdir / "cells" / cell.name
+    records = read_records(cell_dir)
+    if not records:
+        return None
+    total = int(cell_config(study, cell).total_env_steps)
+    metric = study.report.get("metric", "episode_return")
+    fraction = float(study.report.get("final_fraction", 0.1))
+    successes = [r["env_steps"] for r in records if (r.get("success_rate") or 0.0) > 0.0]
+    return CellSummary(
+        name=cell.name, finished=cell_finished(cell_dir, total), env_steps=int(records[-1].get("env_steps") or 0),
+        total_env_steps=total, episodes=int(records[-1].get("episodes") or 0),
+        first_success=float(successes[0]) if successes else float("nan"),
+        final_return=final_value(records, metric, fraction), final_success=final_value(records, "success_rate", fraction),
+        seconds=float(sum(float(r.get(key) or 0.0) for r in records for key in PHASE_SECONDS)),
+    )
+
+
+def cell_table(study: Study, workdir: pathlib.Path) -> list[str]:
+    """Markdown lines: one row per cell that has logged an update (finished or still running)."""
+    metric = study.report.get("metric", "episode_return")
+    lines = ["| cell | status | env steps | episodes | first success at env step | "
+             f"final {metric} | final success | time in updates |", "|" + "---|" * 8]
+    for cell in seed_major(grid(study), study.seeds):
+        row = summarise_cell(study, workdir, cell)
+        if row is None:
+            continue
+        status = "done" if row.finished else f"running ({row.env_steps:,} of {row.total_env_steps:,})"
+        first = "-" if math.isnan(row.first_success) else f"{row.first_success:,.0f}"
+        so_far = "" if row.finished else " (so far)"
+        lines.append(f"| {row.name} | {status} | {row.env_steps:,} | {row.episodes:,} | {first} | "
+                     f"{_number(row.final_return)}{so_far} | {_number(row.final_success)}{so_far} | "
+                     f"{format_seconds(row.seconds)} |")
+    return lines
+
+
+@dataclasses.dataclass
+class StepOutcomes:
+    """One cell's steps that succeeded (e.g. programs that ran) and what they scored (e.g. their AUC)."""
+    steps: int
+    succeeded: int
+    mean_reward: float  # over every succeeded step of the run
+    final_mean_reward: float  # over the succeeded steps of the updates in the last `final_fraction`
+    best_reward: float
+
+
+def step_outcomes(records: list[dict[str, Any]], fraction: float) -> StepOutcomes:
+    """Counts and rewards of the succeeded steps, weighted by step (not by update):
+
+        mean = sum_u k_u * rbar_u / sum_u k_u   (k_u = steps_succeeded_u, rbar_u = success_reward_mean_u)
+        final mean: the same sum over { u : env_steps_u > (1 - fraction) * env_steps_last }
+    """
+    steps = np.array([float(r.get("env_steps") or 0) for r in records])
+    counts = np.array([float(r.get("steps_succeeded") or 0) for r in records])
+    means = np.array([np.nan if r.get("success_reward_mean") is None else float(r["success_reward_mean"])
+                      for r in records])
+    counted = (counts > 0) & ~np.isnan(means)
+
+    def weighted(keep: np.ndarray) -> float:
+        keep = keep & counted
+        return float((counts[keep] * means[keep]).sum() / counts[keep].sum()) if keep.any() else float("nan")
+
+    best = [float(r["best_step_reward"]) for r in records if r.get("best_step_reward") is not None]
+    return StepOutcomes(
+        steps=int(steps[-1]) if len(steps) else 0, succeeded=int(counts.sum()),
+        mean_reward=weighted(np.ones(len(records), bool)),
+        final_mean_reward=weighted(steps > (1.0 - fraction) * (steps[-1] if len(steps) else 0.0)),
+        best_reward=max(best) if best else float("nan"),
+    )
+
+
+def step_outcome_table(study: Study, workdir: pathlib.Path) -> list[str]:
+    """Markdown lines, one row per cell, from report option `steps = {"succeeded": name, "reward": name}`
+    (e.g. runnable programs and their AUC on DataSciCoding); [] when the study does not ask for it."""
+    names = study.report.get("steps")
+    if not names:
+        return []
+    succeeded, reward = names.get("succeeded", "succeeded"), names.get("reward", "reward")
+    fraction = float(study.report.get("final_fraction", 0.1))
+    lines = [f"Steps per cell ({succeeded} steps and their {reward}; means weighted by step):", "",
+             f"| cell | status | env steps | {succeeded} | fraction {succeeded} | mean {reward} of {succeeded} | "
+             f"same, last {fraction:.0%} of env steps | best {reward} |", "|" + "---|" * 8]
+    for cell in seed_major(grid(study), study.seeds):
+        cell_dir = workdir / "cells" / cell.name
+        records = read_records(cell_dir)
+        if not records:
+            continue
+        total = int(cell_config(study, cell).total_env_steps)
+        row = step_outcomes(records, fraction)
+        status = "done" if cell_finished(cell_dir, total) else f"running ({row.steps:,} of {total:,})"
+        share = row.succeeded / row.steps if row.steps else float("nan")
+        lines.append(f"| {cell.name} | {status} | {row.steps:,} | {row.succeeded:,} | {_number(share)} | "
+                     f"{_number(row.mean_reward)} | {_number(row.final_mean_reward)} | {_number(row.best_reward)} |")
+    return lines
+
+
+def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and std over seeds of the smoothed curves, on the first seed's env-step grid
+    (others interpolated onto it)."""
+    grid_steps = max((c[0] for c in curves), key=len)
+    stacked = []
+    for steps, values in curves:
+        smoothed = smooth(values, window)
+        valid = ~np.isnan(smoothed)
+        if valid.sum() == 0:
+            continue
+        stacked.append(np.interp(grid_steps, steps[valid], smoothed[valid], left=np.nan, right=np.nan))
+    if not stacked:  # no seed has a value yet (e.g. no episode has ended): an empty curve, not a crash
+        empty = np.full(len(grid_steps), np.nan)
+        return grid_steps, empty, empty
+    stacked = np.array(stacked)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns before a seed's first episode
+        return grid_steps, np.nanmean(stacked, axis=0), np.nanstd(stacked, axis=0)
+
+
+def _number(x: float) -> str:
+    """A table cell: three decimals, or "-" for NaN."""
+    return "-" if math.isnan(x) else f"{x:.3f}"
+
+
+def _fmt(mean: float, std: float, count: int) -> str:
+    if count == 0 or math.isnan(mean):
+        return "-"
+    return f"{mean:.3f} ± {std:.3f}"
+
+
+def plot_curves(study: Study, results: list[GroupResult], path: pathlib.Path, which: str = "return") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    window = int(study.report.get("smoothing", 1))
+    facet = study.report.get("facet")
+    facet_values = []
+    for result in results:
+        key = dict(result.group).get(facet) if facet else None
+        if key not in facet_values:
+            facet_values.append(key)
+    columns = min(len(facet_values), 4)
+    rows = math.ceil(len(facet_values) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(max(4.2 * columns, 6.4), 3.2 * rows), squeeze=False, sharey=True)
+    colours = {}
+    for index, key in enumerate(facet_values):
+        axis = axes[index // columns][index % columns]
+        for result in results:
+            if facet and dict(result.group).get(facet) != key:
+                continue
+            curves = result.curves if which == "return" else result.success_curves
+            if not curves:
+                continue
+            label = ", ".join(l for a, l in result.group if a != facet)
+            colour = colours.setdefault(label, f"C{len(colours) % 10}")
+            steps, mean, std = band(curves, window)
+            axis.plot(steps, mean, color=colour, label=f"{label} (n={len(curves)})", linewidth=1.5)
+            axis.fill_between(steps, mean - std, mean + std, color=colour, alpha=0.18, linewidth=0)
+            if which == "return" and result.theory is not None:
+                axis.axhline(result.theory, color=colour, linestyle=":", linewidth=1)
+        axis.set_title(key if key else study.name, fontsize=10)
+        axis.set_xlabel("env steps")
+        axis.grid(alpha=0.3)
+    for index in range(len(facet_values), rows * columns):
+        axes[index // columns][index % columns].axis("off")
+    axes[0][0].set_ylabel(study.report.get("metric", "episode_return") if which == "return" else "success rate")
+    seen = {}  # one legend entry per group, across facets
+    for row in axes:
+        for axis in row:
+            for handle, label in zip(*axis.get_legend_handles_labels()):
+                seen.setdefault(label, handle)
+    figure.legend(list(seen.values()), list(seen.keys()), loc="lower center", ncol=min(len(seen), 4), fontsize=8,
+                  frameon=False)
+    subtitle = f"mean ± std over seeds, moving average of {window} updates" if window > 1 else "mean ± std over seeds"
+    if which == "return" and any(r.theory is not None for r in results):
+        subtitle += "; dotted: optimum under the method's discount"
+    figure.suptitle(f"{study.name}: {subtitle}", fontsize=10)
+    legend_rows = math.ceil(len(seen) / 4)
+    figure.tight_layout(rect=(0, 0.04 + 0.035 * legend_rows, 1, 0.95))
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def plot_heatmap(study: Study, results: list[GroupResult], path: pathlib.Path) -> None:
+    """Final return over two axes (`report.heatmap = (row_axis, column_axis)`), beside the theory's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    row_axis, column_axis = study.report["heatmap"]
+    row_labels = [value_label(row_axis, v) for v in study.axes[row_axis]]
+    column_labels = [value_label(column_axis, v) for v in study.axes[column_axis]]
+    measured = np.full((len(row_labels), len(column_labels)), np.nan)
+    predicted = np.full_like(measured, np.nan)
+    for result in results:
+        labels = dict(result.group)
+        i, j = row_labels.index(labels[row_axis]), column_labels.index(labels[column_axis])
+        measured[i, j] = result.final_return[0]
+        predicted[i, j] = np.nan if result.theory is None else result.theory
+    panels = [("measured final return (mean over seeds)", measured)]
+    if not np.isnan(predicted).all():
+        panels.append(("optimum under the method's discount", predicted))
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels) + 1.6, 0.5 * len(row_labels) + 2.2),
+                                squeeze=False)
+    short = [label.split("=", 1)[-1] for label in column_labels]  # "action_length=8" -> "8"
+    finite = np.concatenate([p[~np.isnan(p)] for _, p in panels])
+    low, high = (float(finite.min()), float(finite.max())) if len(finite) else (0.0, 1.0)
+    for index, (axis, (title, table)) in enumerate(zip(axes[0], panels)):
+        image = axis.imshow(table, cmap="viridis", vmin=low, vmax=high, aspect="auto")
+        axis.set_xticks(range(len(short)), short, fontsize=8)
+        axis.set_xlabel(column_axis.split(".")[-1], fontsize=9)
+        axis.set_yticks(range(len(row_labels)), row_labels if index == 0 else [], fontsize=8)
+        for i in range(table.shape[0]):
+            for j in range(table.shape[1]):
+                if not np.isnan(table[i, j]):
+                    axis.text(j, i, f"{table[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                              color="white" if table[i, j] < (low + high) / 2 else "black")
+        axis.set_title(title, fontsize=9)
+    figure.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    figure.suptitle(study.name, fontsize=10)
+    figure.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(figure)
+
+
+def _commits_line(study: Study, workdir: pathlib.Path) -> str:
+    """Which commits the study's own cells ran at (a resumed cell may list several), from cell.json."""
+    commits: dict[str, int] = {}
+    unrecorded = 0
+    for cell in grid(study):
+        cell_dir = workdir / "cells" / cell.name
+        if cell_dir.is_symlink() or not cell_dir.exists():
+            continue
+        recorded = (read_json(cell_dir / CELL_FILE) or {}).get("commits") or []
+        unrecorded += not recorded
+        for commit in recorded:
+            commits[commit] = commits.get(commit, 0) + 1
+    parts = [f"{commit} ({count} cell{'s' if count > 1 else ''})" for commit, count in commits.items()]
+    if unrecorded:
+        parts.append(f"not recorded for {unrecorded} cell{'s' if unrecorded > 1 else ''} (run before cell.json kept it)")
+    return "the cells' commits: " + (", ".join(parts) if parts else "none yet")
+
+
+def provenance(study: Study, workdir: pathlib.Path) -> str:
+    """One markdown line: command, commits, machine, date and wall time of the study's cells."""
+    data = read_json(workdir / STUDY_FILE) or {}
+    sessions = data.get("sessions", [])
+    wall = sum(s.get("seconds", 0.0) for s in sessions)
+    cut_off = sum(not s.get("ended", True) for s in sessions)  # entries written before `ended` existed ended
+    cell_seconds = 0.0
+    reused = 0
+    for cell in grid(study):
+        cell_dir = workdir / "cells" / cell.name
+        if cell_dir.is_symlink():
+            reused += 1
+            continue
+        summary = summarise_cell(study, workdir, cell)  # summed from the metrics: survives interrupted sessions
+        cell_seconds += summary.seconds if summary is not None else 0.0
+    cpu = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    dates = sorted(s["started"][:10] for s in sessions if s.get("started"))
+    command = f"python -m poad_jax.study --study={os.path.relpath(study.path, REPO)}"
+    cut = f", {cut_off} of them cut off (counted to their last minute)" if cut_off else ""
+    when = (f"run {dates[0]}{' to ' + dates[-1] if len(set(dates)) > 1 else ''}; wall time {format_seconds(wall)} "
+            f"over {len(sessions)} invocation(s){cut}, " if sessions else "no invocation recorded yet; ")
+    return (f"Command `{command}` (resumable); {_commits_line(study, workdir)}; report at {repo_commit()}; "
+            f"{os.cpu_count()} cores, {cpu}; {when}"
+            f"{format_seconds(cell_seconds)} in the cells' updates"
+            + (f" ({reused} cells reused from sibling studies, whose time counts there)." if reused else "."))
+
+
+def publish(study: Study, workdir: pathlib.Path, directory: pathlib.Path) -> pathlib.Path:
+    """Copies the report's figures to `directory/<study>_*.png` and writes `directory/<study>.md`."""
+    import shutil
+
+    directory.mkdir(parents=True, exist_ok=True)
+    text = (workdir / "report.md").read_text()
+    line = provenance(study, workdir)  # before writing: the commit is not "-dirty" from this report's own files
+    for figure in ("return", "success", "heatmap"):
+        source = workdir / f"{figure}.png"
+        if source.exists():
+            shutil.copyfile(source, directory / f"{study.name}_{figure}.png")
+            text = text.replace(f"({figure}.png)", f"({study.name}_{figure}.png)")
+    path = directory / f"{study.name}.md"
+    path.write_text(text + "\n" + line + "\n")
+    return path
+
+
+def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
+    """Writes `report.md`, `return.png`, `success.png` (and `heatmap.png`) into `workdir`."""
+    results = aggregate(study, workdir)
+    per_cell = cell_table(study, workdir)
+    if len(per_cell) == 2:
+        raise StudyError(f"no cell of study {study.name!r} in {workdir} has logged an update yet")
+    report = study.report
+    metric = report.get("metric", "episode_return")
+    fraction = float(report.get("final_fraction", 0.1))
+    threshold = report.get("threshold")
+    any_finished = any(r.curves for r in results)
+    for figure in ("return", "success", "heatmap"):  # none left from an earlier report
+        (workdir / f"{figure}.png").unlink(missing_ok=True)
+    if any_finished:
+        plot_curves(study, results, workdir / "return.png", "return")
+        plot_curves(study, results, workdir / "success.png", "success")
+        if report.get("heatmap"):
+            plot_heatmap(study, results, workdir / "heatmap.png")
+    header = ["group", "seeds", f"final {metric}", "final success"]
+    if any(r.theory is not None for r in results):
+        header.append("optimum under its discount")
+    if threshold is not None:
+        header.append(f"env steps to {metric} >= {threshold}")
+    lines = [f"# Study `{study.name}`", "",
+             f"Base config `{os.path.relpath(study.base_config, REPO)}`; fixed: "
+             + (", ".join(f"`{k}={v}`" for k, v in study.fixed.items()) or "none") + ".",
+             f"Final = mean over the updates in the last {fraction:.0%} of env steps, then mean ± sample std "
+             f"over the finished seeds.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in results:
+        row = [r.label, str(len(r.seeds)), _fmt(*r.final_return), _fmt(*r.final_success)]
+        if "optimum under its discount" in header:
+            row.append("-" if r.theory is None else f"{r.theory:.3f}")
+        if threshold is not None:
+            reached = [s for s in r.threshold_steps if not math.isnan(s)]
+            row.append(f"{len(reached)}/{len(r.threshold_steps)} reached" +
+                       (f"; mean {np.mean(reached):,.0f}" if reached else ""))
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Per cell (finished and running; the group rows above count finished cells only; time in updates "
+              "excludes start-up and compilation):", ""] + per_cell
+    outcomes = step_outcome_table(study, workdir)
+    if outcomes:
+        lines += [""] + outcomes
+    if any_finished:
+        lines += ["", "![return](return.png)", "", "![success](success.png)"]
+        if report.get("heatmap"):
+            lines += ["", "![heatmap](heatmap.png)"]
+    else:
+        lines += ["", "No cell has finished yet: the seed-band figures come with the first finished cell."]
+    path = workdir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,382 @@
+"""Running a study's grid: cell state on disk, reuse of finished cells, the subprocess
+scheduler, sessions and locks."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import time
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from poad_jax.run import config as config_lib
+from poad_jax.run.metrics import read_metrics
+from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
+                                        train_command)
+
+# ---------------------------------------------------------------------------
+# Cell state on disk.
+
+
+def read_json(path: pathlib.Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_json_atomic(path: pathlib.Path, data: Any) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(data, indent=2, sort_keys=True))
+    temporary.replace(path)
+
+
+def read_records(cell_dir: pathlib.Path) -> list[dict[str, Any]]:
+    return read_metrics(cell_dir / "metrics.jsonl")
+
+
+def cell_finished(cell_dir: pathlib.Path, total_env_steps: int) -> bool:
+    """A cell is finished when its trainer exited cleanly and logged `total_env_steps`."""
+    state = read_json(cell_dir / CELL_FILE) or {}
+    if state.get("status") != "done":
+        return False
+    records = read_records(cell_dir)
+    return bool(records) and int(records[-1].get("env_steps") or 0) >= total_env_steps
+
+
+def _settings_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The changed cell settings a re-run may not change (`config.RESUMABLE_FIELDS`), as `field: old -> new`."""
+    keys = sorted(set(old) | set(new))
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
+            if config_lib.resumable_kind(k) is None and old.get(k) != new.get(k)]
+
+
+def _comparable(overrides: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(overrides, sort_keys=True))
+
+
+def _meaning(config_dict: dict[str, Any]) -> dict[str, Any]:
+    """A trainer config without the fields whose change leaves every logged number as it was
+    (`config.SAME_NUMBERS`): a reused cell may differ in them."""
+    return {k: v for k, v in config_dict.items() if config_lib.resumable_kind(k) not in config_lib.SAME_NUMBERS}
+
+
+def _with_defaults(recorded: Any, defaults: Any) -> Any:
+    """`recorded` (a cell's config.json) with the fields it lacks taken from `defaults`: a cell trained
+    before a field existed ran as that field's default (e.g. `mesh` or `distributed`, added later)."""
+    if not (isinstance(recorded, dict) and isinstance(defaults, dict)):
+        return recorded
+    merged = {k: _with_defaults(v, defaults.get(k)) for k, v in recorded.items()}
+    return {**{k: v for k, v in defaults.items() if k not in recorded}, **merged}
+
+
+def find_reusable(workdir: pathlib.Path, config: ml_collections.ConfigDict, total: int) -> pathlib.Path | None:
+    """A finished cell in a sibling study's workdir whose trainer config equals `config`
+    (output-only fields aside; fields its config.json predates count as their defaults) and that ran
+    at least `total` env steps."""
+    want = _meaning(json.loads(config.to_json_best_effort()))
+    defaults = json.loads(config_lib.default_config().to_json_best_effort())
+    for sibling in sorted(workdir.parent.glob("*/cells/*/config.json")):
+        cell_dir = sibling.parent
+        if cell_dir.is_symlink() or cell_dir.parent.parent.resolve() == workdir.resolve():
+            continue
+        recorded = read_json(sibling)
+        if (isinstance(recorded, dict) and _meaning(_with_defaults(recorded, defaults)) == want
+                and cell_finished(cell_dir, total)):
+            return cell_dir
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Running the grid.
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the runner dies (Linux), so a
+    `kill -9` of the runner leaves no trainer behind to race a re-run."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    os.setsid()
+
+
+def format_seconds(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+@contextlib.contextmanager
+def study_lock(workdir: pathlib.Path):
+    """One runner per workdir at a time."""
+    lock_path = workdir / ".study.lock"
+    handle = open(lock_path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise StudyError(f"{workdir} is in use by another study runner (pid {holder})") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def check_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> None:
+    """Raises StudyError if `workdir` holds another study, or a cell run with other settings.
+    Reads only: nothing is written before the study is known to be valid."""
+    if workdir.exists() and not workdir.is_dir():
+        raise StudyError(f"workdir {workdir} is a file, not a directory")
+    recorded = read_json(workdir / STUDY_FILE)
+    if recorded is not None and not study.recorded_in(recorded):
+        raise StudyError(
+            f"workdir {workdir} holds study {recorded.get('identity', {}).get('name')!r} "
+            f"({recorded.get('identity', {}).get('base_config')}), not {study.name!r}: choose another --workdir"
+        )
+    for cell in cells:  # a cell directory must not have been run with other settings
+        state = read_json(workdir / "cells" / cell.name / CELL_FILE)
+        if state is not None:
+            diff = _settings_diff(state.get("overrides", {}), _comparable(cell.overrides))
+            if diff:
+                raise StudyError(f"cell {cell.name} in {workdir} was run with other settings ({'; '.join(diff)}): "
+                                 f"choose another --workdir")
+
+
+def prepare_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> None:
+    """Checks `workdir` (`check_workdir`), then creates it and records the study in it."""
+    check_workdir(study, workdir, cells)
+    try:
+        (workdir / "cells").mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StudyError(f"cannot create workdir {workdir}: {error.strerror}") from None
+    sessions = (read_json(workdir / STUDY_FILE) or {}).get("sessions", [])
+    write_json_atomic(workdir / STUDY_FILE, {
+        "identity": study.identity(), "study_file": str(study.path), "fixed": study.fixed,
+        "axes": study.axes, "seeds": list(study.seeds), "report": study.report,
+        "cells": [{"name": c.name, "group": [list(g) for g in c.group], "seed": c.seed,
+                   "overrides": _comparable(c.overrides)} for c in cells],
+        "sessions": sessions,
+    })
+
+
+def open_session(workdir: pathlib.Path, started: float) -> int:
+    """Appends this invocation to study.json's sessions (not ended yet); returns its index.
+
+    `update_session` keeps its seconds current while cells run, so an
+    invocation cut off by `kill -9` or a session's end still counts, up to
+    its last update, in the wall time the report states.
+    """
+    data = read_json(workdir / STUDY_FILE) or {}
+    data.setdefault("sessions", []).append({
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "seconds": 0.0, "cells_run": 0, "ended": False,
+    })
+    write_json_atomic(workdir / STUDY_FILE, data)
+    return len(data["sessions"]) - 1
+
+
+def update_session(workdir: pathlib.Path, index: int, started: float, cells_run: int, ended: bool) -> None:
+    """Sets the wall time so far (and whether it ended normally) of session `index` in study.json."""
+    data = read_json(workdir / STUDY_FILE) or {}
+    sessions = data.get("sessions", [])
+    if index < len(sessions):
+        sessions[index].update(seconds=round(time.time() - started, 1), cells_run=cells_run, ended=ended)
+        write_json_atomic(workdir / STUDY_FILE, data)
+
+
+def repo_commit() -> str:
+    """The checkout's short commit, with `-dirty` when tracked files differ from it; `unknown` outside git."""
+    try:
+        described = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=REPO,
+                                   capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return described.stdout.strip() if described.returncode == 0 and described.stdout.strip() else "unknown"
+
+
+def staged(cell: Cell, config: ml_collections.ConfigDict, up_to: int) -> Cell:
+    """The cell trained only up to `up_to` env steps (at most its own total): a first pass."""
+    return dataclasses.replace(cell, overrides={**cell.overrides,
+                                                "total_env_steps": min(int(config.total_env_steps), up_to)})
+
+
+def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool = True,
+              log=print, up_to: int | None = None) -> dict[str, str]:
+    """Runs every unfinished cell (at most `workers` at once); returns {cell: status}.
+
+    `up_to`: train every cell only up to that many env steps (a first pass that
+    answers early questions, e.g. whether any method moves, before any cell runs
+    to its end); a later run without it continues each cell to its total.  No
+    cell is reused from a sibling study then (a reused cell would be extended in
+    place by the later run).
+    """
+    cells = grid(study)
+    configs = {cell.name: cell_config(study, cell) for cell in cells}  # validates every cell first
+    if up_to is not None:
+        cells = [staged(cell, configs[cell.name], up_to) for cell in cells]
+        configs = {cell.name: cell_config(study, cell) for cell in cells}
+        reuse = False
+    check_workdir(study, workdir, cells)
+    with study_lock_dir(workdir):
+        prepare_workdir(study, workdir, cells)
+        started = time.time()
+        session = open_session(workdir, started)
+        launched: list[str] = []
+
+        def heartbeat() -> None:
+            update_session(workdir, session, started, len(launched), ended=False)
+
+        try:
+            return _run_cells(study, workdir, cells, configs, workers, reuse, log, launched, heartbeat)
+        finally:
+            update_session(workdir, session, started, len(launched), ended=True)
+
+
+def seed_major(cells: list[Cell], seeds: tuple[int, ...]) -> list[Cell]:
+    """Cells in training order: every configuration's first seed, then every second seed, ...
+
+    An interrupted study (a session ends, a machine goes) then holds whole
+    seeds of every configuration rather than every seed of the first ones.
+    """
+    return sorted(cells, key=lambda cell: seeds.index(cell.seed))  # stable: grid order within a seed
+
+
+HEARTBEAT_SECONDS = 60.0  # how often a running invocation writes its wall time so far to study.json
+
+
+def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: dict[str, Any], workers: int,
+               reuse: bool, log, launched: list[str], heartbeat) -> dict[str, str]:
+    totals = {name: int(config.total_env_steps) for name, config in configs.items()}
+    status: dict[str, str] = {}
+    pending: list[Cell] = []
+    for cell in cells:
+        cell_dir = workdir / "cells" / cell.name
+        if cell_finished(cell_dir, totals[cell.name]):
+            status[cell.name] = "done"
+            continue
+        source = find_reusable(workdir, configs[cell.name], totals[cell.name]) if reuse else None
+        if source is not None and not cell_dir.exists():
+            cell_dir.symlink_to(os.path.relpath(source, cell_dir.parent), target_is_directory=True)
+            status[cell.name] = "done"
+            log(f"reused {cell.name} from {source}")
+            continue
+        pending.append(cell)
+    pending = seed_major(pending, study.seeds)
+
+    running: dict[str, tuple[subprocess.Popen, float, Any]] = {}
+    durations: list[float] = []
+    started = time.monotonic()
+
+    def progress() -> None:
+        done = sum(s == "done" for s in status.values())
+        failed = sum(s == "failed" for s in status.values())
+        left = len(pending)
+        eta = ""
+        if durations and (left or running):
+            per_cell = float(np.mean(durations))
+            eta = f", ETA {format_seconds(per_cell * (left + len(running) / 2) / max(workers, 1))}"
+        log(f"[{study.name}] cells: {done} done, {len(running)} running, {left} left"
+            + (f", {failed} failed" if failed else "") + f" of {len(cells)}; "
+            f"elapsed {format_seconds(time.monotonic() - started)}{eta}")
+
+    commit = repo_commit()
+
+    def launch(cell: Cell) -> None:
+        cell_dir = workdir / "cells" / cell.name
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        commits = list((read_json(cell_dir / CELL_FILE) or {}).get("commits", []))  # a resumed cell keeps its history
+        write_json_atomic(cell_dir / CELL_FILE, {
+            "overrides": _comparable(cell.overrides), "base_config": cell.base_config(study),
+            "group": [list(g) for g in cell.group], "seed": cell.seed, "status": "running",
+            "commits": commits + ([commit] if commit not in commits else []),
+        })
+        log_file = open(cell_dir / "train.log", "a")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        process = subprocess.Popen(train_command(study, cell, cell_dir), cwd=REPO, stdout=log_file,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                   preexec_fn=_die_with_parent)
+        running[cell.name] = (process, time.monotonic(), log_file)
+        launched.append(cell.name)
+        heartbeat()  # on record from its first cell, even if killed before the next heartbeat
+
+    def finish(name: str, returncode: int) -> None:
+        process, start, log_file = running.pop(name)
+        log_file.close()
+        cell_dir = workdir / "cells" / name
+        state = read_json(cell_dir / CELL_FILE) or {}
+        records = read_records(cell_dir)
+        ok = returncode == 0 and bool(records) and int(records[-1].get("env_steps") or 0) >= totals[name]
+        state["status"] = "done" if ok else "failed"
+        state["returncode"] = returncode
+        state["seconds"] = round(time.monotonic() - start, 1)
+        write_json_atomic(cell_dir / CELL_FILE, state)
+        status[name] = state["status"]
+        if ok:
+            durations.append(time.monotonic() - start)
+        else:
+            tail = (cell_dir / "train.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
+            log(f"cell {name} failed (exit {returncode}): {tail[0][-200:]} (log: {cell_dir / 'train.log'})")
+
+    if not pending:
+        progress()
+    last_beat = time.monotonic()
+    try:
+        while pending or running:
+            if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
+                heartbeat()
+                last_beat = time.monotonic()
+            changed = False
+            while pending and len(running) < workers:
+                launch(pending.pop(0))
+                changed = True
+            if changed:
+                progress()
+            time.sleep(0.2)
+            finished = [(name, p.returncode) for name, (p, _, _) in running.items() if p.poll() is not None]
+            for name, returncode in finished:
+                finish(name, returncode)
+            if finished and not (pending or running):
+                progress()
+    finally:
+        for process, _, log_file in running.values():  # interrupted: stop the trainers cleanly
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGINT)
+        for process, _, log_file in running.values():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            log_file.close()
+    return status
+
+
+@contextlib.contextmanager
+def study_lock_dir(workdir: pathlib.Path):
+    if workdir.exists() and not workdir.is_dir():
+        raise StudyError(f"workdir {workdir} is a file, not a directory")
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StudyError(f"cannot create workdir {workdir}: {error.strerror}") from None
+    with study_lock(workdir):
+        yield

@@ -1,0 +1,214 @@
+"""A study: its file, its grid of cells, and each cell's trainer config and command."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import itertools
+import pathlib
+import re
+import sys
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from poad_jax.run import config as config_lib
+
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+STUDY_FILE = "study.json"
+CELL_FILE = "cell.json"
+
+
+class StudyError(Exception):
+    """A user error in a study file, its grid or its workdir (printed as one line)."""
+
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One run of the grid: its directory name, group label, seed and config overrides.
+
+    `config_argument`: the base config file's argument for this cell (a variant's
+    `"config_argument": "twosome"` runs `--config=<base>:twosome`, e.g. a preset
+    that holds per-method settings); None for the plain file.
+    """
+
+    name: str
+    group: tuple[tuple[str, str], ...]  # (axis, value label) for every axis, in axis order
+    seed: int
+    overrides: dict[str, Any]
+    config_argument: str | None = None
+
+    def base_config(self, study: "Study") -> str:
+        """The `--config=` value of this cell: the study's base config [with its argument]."""
+        return str(study.base_config) + (f":{self.config_argument}" if self.config_argument else "")
+
+    @property
+    def group_label(self) -> str:
+        return ", ".join(label for _, label in self.group)
+
+
+@dataclasses.dataclass
+class Study:
+    name: str
+    path: pathlib.Path
+    base_config: pathlib.Path
+    fixed: dict[str, Any]
+    axes: dict[str, list[Any]]
+    seeds: tuple[int, ...]
+    report: dict[str, Any]
+
+    def identity(self) -> dict[str, Any]:
+        """What a workdir records to recognise its study: its name and base config,
+        the latter relative to the repository when inside it (a moved clone still matches)."""
+        try:
+            base = self.base_config.relative_to(REPO).as_posix()
+        except ValueError:
+            base = str(self.base_config)
+        return {"name": self.name, "base_config": base}
+
+    def recorded_in(self, recorded: dict[str, Any] | None) -> bool:
+        """True if `recorded` (a workdir's study.json) is this study's, from this or another
+        checkout (older workdirs recorded the base config's absolute path)."""
+        mine, theirs = self.identity(), (recorded or {}).get("identity") or {}
+        base = str(theirs.get("base_config", ""))
+        return theirs.get("name") == mine["name"] and (base == mine["base_config"]
+                                                       or base.endswith("/" + mine["base_config"]))
+
+
+def _plain(value: Any) -> Any:
+    """ConfigDicts, tuples and numpy scalars -> JSON-friendly Python values."""
+    if isinstance(value, ml_collections.ConfigDict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def load_study(path: str | pathlib.Path) -> Study:
+    """Reads and checks a study file; raises StudyError with one line on a mistake."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise StudyError(f"no study file at {path}")
+    spec = importlib.util.spec_from_file_location(f"poad_study_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # a broken study file: say where, in one line
+        raise StudyError(f"cannot load study file {path}: {type(error).__name__}: {error}") from None
+    if not hasattr(module, "get_study"):
+        raise StudyError(f"study file {path} defines no get_study()")
+    try:
+        raw = _plain(module.get_study())
+    except Exception as error:
+        raise StudyError(f"get_study() in {path} failed: {type(error).__name__}: {error}") from None
+    if not isinstance(raw, dict):
+        raise StudyError(f"get_study() in {path} must return a dict (or ConfigDict), got {type(raw).__name__}")
+    for field in ("name", "base_config", "axes"):
+        if field not in raw:
+            raise StudyError(f"study file {path}: get_study() has no {field!r}")
+    base = pathlib.Path(raw["base_config"])
+    if not base.is_absolute():
+        candidates = [REPO / base, path.parent / base, pathlib.Path.cwd() / base]
+        base = next((c for c in candidates if c.is_file()), candidates[0])
+    if not base.is_file():
+        raise StudyError(f"study {raw['name']!r}: base config {raw['base_config']} not found")
+    axes = _plain(raw["axes"])
+    if not isinstance(axes, dict) or not axes:
+        raise StudyError(f"study {raw['name']!r}: axes must be a non-empty mapping of axis -> list of values")
+    for axis, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise StudyError(f"study {raw['name']!r}: axis {axis!r} needs a non-empty list of values")
+    seeds = tuple(int(s) for s in _plain(raw.get("seeds", (0,))))
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise StudyError(f"study {raw['name']!r}: seeds must be distinct and at least one, got {seeds}")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(raw["name"])):
+        raise StudyError(f"study name {raw['name']!r} may hold only letters, digits, '_', '.', '-'")
+    return Study(
+        name=str(raw["name"]), path=path.resolve(), base_config=base.resolve(),
+        fixed=_plain(raw.get("fixed", {})), axes=axes, seeds=seeds, report=_plain(raw.get("report", {})),
+    )
+
+
+def value_label(axis: str, value: Any) -> str:
+    if isinstance(value, dict):
+        if "label" in value:
+            return str(value["label"])
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    return f"{axis.split('.')[-1]}={value}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "-", text).strip("-")
+
+
+def grid(study: Study) -> list[Cell]:
+    """Every cell of the study: axes in order (the last varies fastest), seed innermost."""
+    cells = []
+    for combination in itertools.product(*study.axes.values()):
+        overrides = dict(study.fixed)
+        argument = None
+        group = []
+        for axis, value in zip(study.axes, combination):
+            if isinstance(value, dict):
+                argument = value.get("config_argument", argument)
+                overrides.update({k: v for k, v in value.items() if k not in ("label", "config_argument")})
+            else:
+                overrides[axis] = value
+            group.append((axis, value_label(axis, value)))
+        for seed in study.seeds:
+            name = "__".join(_slug(label) for _, label in group) + f"__seed={seed}"
+            cells.append(Cell(name, tuple(group), seed, {**overrides, "seed": seed}, argument))
+    return cells
+
+
+def _set_field(config: ml_collections.ConfigDict, field: str, value: Any) -> None:
+    """config.<field> = value for a dotted field; StudyError (with a hint) if it does not exist."""
+    try:
+        node, last = config_lib.field_parent(config, field)
+    except config_lib.UnknownFieldError as error:
+        hint = f" (did you mean {error.suggestion!r}?)" if error.suggestion else ""
+        raise StudyError(f"unknown config field {field!r}: {error.parent or 'the config'} has no "
+                         f"{error.missing!r}{hint}") from None
+    try:
+        node[last] = value
+    except (TypeError, ValueError) as error:
+        raise StudyError(f"cannot set {field}={value!r}: {error}") from None
+
+
+def cell_config(study: Study, cell: Cell) -> ml_collections.ConfigDict:
+    """The base config with the cell's overrides applied (checked by the trainer's validation)."""
+    base = config_lib.load_config_file(cell.base_config(study))
+    config = copy.deepcopy(base)
+    for field, value in cell.overrides.items():
+        _set_field(config, field, value)
+    try:
+        config_lib.validate(config)
+    except config_lib.ConfigError as error:
+        raise StudyError(f"cell {cell.name}: {error}") from None
+    return config
+
+
+def _flag_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, (list, tuple)):
+        return "(" + ",".join(_flag_value(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return str(value)
+
+
+def train_command(study: Study, cell: Cell, cell_dir: pathlib.Path) -> list[str]:
+    """The `python -m poad_jax.train` command line that runs (or resumes) one cell."""
+    args = [sys.executable, "-m", "poad_jax.train", f"--config={cell.base_config(study)}", f"--workdir={cell_dir}"]
+    args += [f"--config.{field}={_flag_value(value)}" for field, value in cell.overrides.items()]
+    return args
+
+

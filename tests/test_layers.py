@@ -1,0 +1,89 @@
+"""The package's layers (docs/architecture.md) hold: imports only go down, and no circle.
+
+- The import-linter contract in pyproject.toml (`[tool.importlinter]`)
+  names the layers top to bottom; `lint-imports` fails on an import that
+  climbs (imports inside functions count too).
+- Every module of `poad_jax` belongs to a layer: a new top-level module or
+  package must be placed in the contract.
+- No import circle anywhere in the package, within a layer included
+  (a strongly connected component of the import graph has one module).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import pkgutil
+import subprocess
+import sys
+import tomllib
+
+import grimp
+
+import poad_jax
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def contract() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+
+
+def test_the_layers_contract_holds():
+    check = ("import sys; from importlinter.cli import lint_imports; "
+             "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "1 kept, 0 broken" in done.stdout
+
+
+def test_every_top_level_module_is_in_a_layer():
+    layered = {name.strip() for layer in contract()["layers"] for name in layer.split("|")}
+    top_level = {info.name for info in pkgutil.iter_modules(poad_jax.__path__)}
+    assert top_level == layered, f"not in a layer: {sorted(top_level - layered)}; gone: {sorted(layered - top_level)}"
+
+
+def strongly_connected(graph: grimp.ImportGraph, modules: list[str]) -> list[list[str]]:
+    """The import graph's strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if not imported.startswith("poad_jax"):
+                continue
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in modules:
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_no_import_circle_in_the_package():
+    graph = grimp.build_graph("poad_jax")
+    modules = sorted(m for m in graph.modules if m.startswith("poad_jax"))
+    assert len(modules) > 50  # the whole package was read
+    assert strongly_connected(graph, modules) == []
