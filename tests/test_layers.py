@@ -19,6 +19,7 @@ import sys
 import tomllib
 
 import grimp
+import pytest
 
 import poad_jax
 
@@ -87,3 +88,18 @@ def test_no_import_circle_in_the_package():
     modules = sorted(m for m in graph.modules if m.startswith("poad_jax"))
     assert len(modules) > 50  # the whole package was read
     assert strongly_connected(graph, modules) == []
+
+
+def test_a_config_file_written_before_the_layers_still_loads_and_says_the_new_path(tmp_path):
+    from poad_jax.run import config as config_lib
+
+    old = tmp_path / "old_style.py"
+    old.write_text("from poad_jax import config as poad_config\n\n\ndef get_config():\n"
+                   "    config = poad_config.default_config()\n    config.name = 'old'\n    return config\n")
+    with pytest.warns(FutureWarning, match=r"poad_jax\.run\.config"):
+        loaded = config_lib.load_config_file(old)
+    assert loaded.name == "old" and loaded.to_dict() == {**config_lib.default_config().to_dict(), "name": "old"}
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        import poad_jax
+
+        poad_jax.no_such_name  # noqa: B018
