@@ -12,7 +12,11 @@ from envs_py.datasci import extract, prompts
 from envs_py.datasci.datasets import DatasetError, load_dataset
 from envs_py.datasci.sandbox import SandboxLimits, evaluate_candidate
 
-FAST = SandboxLimits(wall_seconds=10.0)
+# An honest program runs five sandboxes (one per split, each importing scikit-learn): 7-10 s on a loaded
+# 2-core machine (10.05 s timed out under load: issue 32).  No test here expects a timeout (those are in
+# test_datasci_sandbox.py), so the wall clock is generous, as in test_datasci_attacks.py.
+WALL_S = 60.0
+FAST = SandboxLimits(wall_seconds=WALL_S)
 BODY = "    from sklearn.linear_model import LogisticRegression\n    return LogisticRegression(max_iter=500).fit(x_train, y_train)\n"
 FULL = "from sklearn.linear_model import LogisticRegression\n\n\ndef build_model(x_train, y_train):\n    return LogisticRegression(max_iter=500).fit(x_train, y_train)\n"
 
@@ -121,7 +125,7 @@ def test_retry_prompt_truncates_long_errors_and_code():
 
 
 def test_success_gives_mean_auc_and_ends_the_episode():
-    env = envs_py.make("datasci/balance_scale", template="plain", timeout_s=10.0)
+    env = envs_py.make("datasci/balance_scale", template="plain", timeout_s=WALL_S)
     env.reset()
     result = env.step(BODY)
     assert result.done and result.info["success"] is True
@@ -134,7 +138,7 @@ def test_success_gives_mean_auc_and_ends_the_episode():
 
 
 def test_failure_gives_penalty_and_retry_prompt_until_max_attempts():
-    env = envs_py.make("datasci/balance_scale", template="chat", max_attempts=2, timeout_s=10.0)
+    env = envs_py.make("datasci/balance_scale", template="chat", max_attempts=2, timeout_s=WALL_S)
     env.reset()
     first = env.step("```python\nimport not_a_real_module_abc\n" + FULL + "```")
     assert first.reward == -1.0 and not first.done
@@ -150,7 +154,7 @@ def test_failure_gives_penalty_and_retry_prompt_until_max_attempts():
 
 
 def test_plain_retry_prompt_still_ends_with_the_header():
-    env = envs_py.make("datasci/balance_scale", template="plain", max_attempts=3, timeout_s=10.0)
+    env = envs_py.make("datasci/balance_scale", template="plain", max_attempts=3, timeout_s=WALL_S)
     env.reset()
     result = env.step("    return None\n")
     assert not result.done
@@ -160,7 +164,7 @@ def test_plain_retry_prompt_still_ends_with_the_header():
 
 def test_vector_env_threads_steps_sandboxes_concurrently():
     with envs_py.VectorEnv("datasci/balance_scale", num_envs=2, seed=0, mode="threads",
-                           template="plain", timeout_s=10.0) as vec:
+                           template="plain", timeout_s=WALL_S) as vec:
         observations = vec.reset()
         assert len(observations) == 2
         results = vec.step([BODY, "    raise ValueError('boom')\n"])
