@@ -105,12 +105,12 @@ def run(tmp_path, binary_data, contained):
     base.mkdir()
     me = psutil.Process()
 
-    def _run(code, data=binary_data, limits=LIMITS):
+    def _run(code, data=binary_data, limits=LIMITS, max_seconds=None):
         open_pipes = _open_pipes()
         start = time.monotonic()
         result = evaluate_candidate(code, *data, limits=limits, base_dir=base)
         elapsed = time.monotonic() - start
-        assert elapsed < limits.wall_seconds + GRACE, elapsed
+        assert elapsed < (max_seconds or limits.wall_seconds + GRACE), elapsed
         assert result.sandboxed
         assert me.children(recursive=True) == []
         assert _open_pipes() == open_pipes  # no pipe left open in the trainer
@@ -129,7 +129,31 @@ def _failed(result, *fragments):
 
 
 def test_infinite_loop_times_out(run):
-    _failed(run("def build_model(x_train, y_train):\n    while True:\n        pass\n", limits=SHORT), "TimeoutError")
+    # It stops at the first split, within one wall clock (the fixture checks the time).
+    _failed(run("def build_model(x_train, y_train):\n    while True:\n        pass\n", limits=SHORT),
+            "TimeoutError", "on split 0")
+
+
+def test_each_split_has_a_wall_clock_of_its_own(run, binary_data):
+    """A program slow on every split passes when each split fits its clock, though all five together do not.
+
+    Five splits of 1.3 s sleep each (6.5 s plus five interpreter starts) against a 6 s clock: one clock for
+    the whole run would time it out; per split, 4.7 s are left for start and imports even on a loaded machine.
+    """
+    sleep_s, limits = 1.3, dataclasses.replace(LIMITS, wall_seconds=6.0)
+    code = (
+        "import time\n"
+        "from sklearn.dummy import DummyClassifier\n"
+        "def build_model(x_train, y_train):\n"
+        f"    time.sleep({sleep_s})\n"
+        "    return DummyClassifier(strategy='prior').fit(x_train, y_train)\n"
+    )
+    num_splits = len(split_indices(len(binary_data[1])))
+    start = time.monotonic()
+    result = run(code, limits=limits, max_seconds=num_splits * limits.wall_seconds + GRACE)
+    assert time.monotonic() - start > limits.wall_seconds  # the premise: longer than one clock
+    assert result.success, result.error
+    assert result.auc_per_split == pytest.approx([0.5] * num_splits)
 
 
 def test_fork_bomb_is_refused(run):

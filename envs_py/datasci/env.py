@@ -37,7 +37,8 @@ class DataSciEnv:
       template: "chat" (user message) or "plain" (completion prompt ending
         with the build_model header).
       max_attempts: attempts per episode before it ends in failure.
-      timeout_s: wall clock for one attempt (all 5 fits).
+      timeout_s: wall clock of each of an attempt's 5 fits (start, imports,
+        fit, predict); an attempt takes at most 5 x timeout_s.
       failure_reward: reward of a failed attempt.
       data_dir: data directory (else $POAD_DATA_DIR, else the user cache).
       limits: other sandbox limits; its wall_seconds is replaced by timeout_s.
