@@ -23,7 +23,7 @@ from poad_jax.sampling import SamplingConfig
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG_FILES = sorted((REPO / "configs").glob("*.py"))
 ROLLOUT_SETTINGS = ("num_threads", "rollout_length", "prompt_format", "system_prompt", "max_prompt_tokens",
-                    "restricted_sampling", "twosome_normalization", "discounted_return_gamma")
+                    "restricted_sampling", "twosome_normalization", "discounted_return_gamma", "behaviour_logprobs")
 
 
 def leaves(tree, prefix=""):
@@ -296,6 +296,28 @@ def test_validation_accepts_edge_values():
     config_lib.validate(config)
     config.prompt_bucket_step = 256  # one fine bucket
     config_lib.validate(config)
+
+
+@pytest.mark.parametrize("setting, phrase", [
+    ({"method": "twosome"}, "token-level method"),
+    ({"sampling.top_k": 5}, "sampling.top_k=0"),
+    ({"sampling.top_p": 0.9}, "sampling.top_p=1.0"),
+    ({"restricted_sampling": "action_scores"}, "restricted_sampling='trie'"),
+])
+def test_the_samplers_logprobs_are_refused_where_they_are_not_the_policys(setting, phrase):
+    config = config_lib.default_config()
+    config.behaviour_logprobs = "sampler"
+    config_lib.validate(config)  # poad, no truncation, trie: accepted
+    for dotted, value in setting.items():
+        *parents, leaf = dotted.split(".")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
+    with pytest.raises(config_lib.ConfigError) as error:
+        config_lib.validate(config)
+    assert "behaviour_logprobs='sampler'" in str(error.value) and phrase in str(error.value)
+    assert "\n" not in str(error.value)
 
 
 def test_a_config_missing_a_field_is_one_line():

@@ -13,7 +13,6 @@ matmuls the code actually traces.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax
@@ -182,6 +181,25 @@ def test_an_updates_behaviour_pass_and_learner_are_the_traced_counts(method_name
         model.config, method.scheme.passes(batch.tokens.shape, batch.action_len), head_sizes=HEAD,
         next_rows=batch.num_threads, prompt_len=batch.prompt_len, critic_kind=critic_kind, remat="full", epochs=2)
     assert counted == {"behaviour": traced_behaviour, "learner": traced_learner}
+
+
+def test_with_the_samplers_logprobs_the_behaviour_pass_skips_the_policy_forward():
+    model, _, (graph, frozen, params) = model_and_policy()
+    method = make_method("poad", 0.95)
+    steps, next_prompts = records("poad")
+    for step in steps:
+        for record in step:
+            record.sampler_logprobs = [-1.0] * len(record.action_tokens)
+    rconfig = rollout_config(num_threads=2, rollout_length=2, behaviour_logprobs="sampler")
+    arrays, next_arrays = pack_batch(steps, next_prompts, method, rconfig, 0)
+    traced = traced_flops(lambda p: behaviour_statistics(graph, frozen, p, p["head"], arrays, next_arrays,
+                                                         method=method, temperature=1.0, critic_kind="head"), params)
+    passes = method.scheme.passes(arrays["tokens"].shape, arrays["action_mask"].shape[-1])
+    common = dict(head_sizes=HEAD, next_rows=2, prompt_len=arrays["tokens"].shape[-1] - arrays["action_mask"].shape[-1],
+                  critic_kind="head", remat="full", epochs=1)
+    counted = flops.update_flops(model.config, passes, sampler_logprobs=True, **common)
+    assert counted["behaviour"] == traced
+    assert counted["behaviour"] < flops.update_flops(model.config, passes, **common)["behaviour"]
 
 
 def test_the_sampler_adds_up_what_its_calls_ran():

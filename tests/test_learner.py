@@ -36,12 +36,14 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 
-def collect_batch(method_name: str, num_threads=4, rollout_length=4, seed=0, matmul_dtype=None):
+def collect_batch(method_name: str, num_threads=4, rollout_length=4, seed=0, matmul_dtype=None,
+                  behaviour_logprobs="recompute", return_arrays=False):
     model, tokenizer = tiny_random_model(seed=seed, matmul_dtype=matmul_dtype)
     head = ValueHead(model.config.hidden_size, (32,), rngs=nnx.Rngs(1))
     graph, frozen, params = split_policy(model, head)
     method = make_method(method_name, 0.95)
-    config = rollout_config(num_threads=num_threads, rollout_length=rollout_length, prompt_format="raw")
+    config = rollout_config(num_threads=num_threads, rollout_length=rollout_length, prompt_format="raw",
+                            behaviour_logprobs=behaviour_logprobs)
     envs = envs_py.VectorEnv("toy/decisive_token", num_threads, seed=seed, horizon=2, num_colours=3, rewarded="blue")
     collector = RolloutCollector(envs, tokenizer, Sampler(merged_actor(graph, frozen, params)), method, config, seed=seed)
     steps, next_prompts = collector.collect(jax.random.key(seed))
@@ -50,7 +52,29 @@ def collect_batch(method_name: str, num_threads=4, rollout_length=4, seed=0, mat
         graph, frozen, params, params["head"], arrays, next_arrays,
         method=method, temperature=1.0, critic_kind="head",
     )
+    if return_arrays:
+        return graph, frozen, params, method, make_token_batch(arrays, stats), steps, (arrays, next_arrays)
     return graph, frozen, params, method, make_token_batch(arrays, stats), steps
+
+
+@pytest.mark.parametrize("method_name", ["poad", "ntpo"])
+def test_the_samplers_logprobs_as_old_logprobs_give_a_first_ratio_of_one_up_to_rounding(method_name):
+    """behaviour_logprobs="sampler" (float32): the old log-probs are the ones the sampler decoded,
+    each within 1e-5 of the learner's own (issue 31's bound on |ratio - 1|), and only they change."""
+    graph, frozen, params, method, batch, steps, (arrays, _) = collect_batch(
+        method_name, behaviour_logprobs="sampler", return_arrays=True)
+    _, _, _, _, recomputed, _ = collect_batch(method_name)
+    rows = [steps[t][b] for b in range(len(steps[0])) for t in range(len(steps))]
+    mask = np.asarray(batch.action_mask)
+    np.testing.assert_array_equal(np.asarray(batch.old_logprobs)[mask],
+                                  np.concatenate([r.sampler_logprobs for r in rows]).astype(np.float32))
+    np.testing.assert_array_equal(np.asarray(recomputed.tokens), np.asarray(batch.tokens))  # the same rollout
+    logprobs, _, _, valid = policy_outputs(graph, frozen, params, batch, method, learner_config(gamma=0.95))
+    gap = np.abs(np.expm1(np.asarray(logprobs, np.float64) - np.asarray(batch.old_logprobs, np.float64)))
+    assert np.asarray(valid).sum() > 0 and gap[np.asarray(valid)].max() <= 1e-5
+    assert gap[np.asarray(valid)].max() > 0  # they are the sampler's, not a recomputation
+    for name in ("old_values", "features", "bootstrap_value"):
+        np.testing.assert_array_equal(np.asarray(getattr(batch, name)), np.asarray(getattr(recomputed, name)))
 
 
 @pytest.mark.parametrize("matmul_dtype", [None, jnp.bfloat16], ids=["float32", "bfloat16"])

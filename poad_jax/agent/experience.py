@@ -56,8 +56,25 @@ def pack_batch(
     dones = np.array([r.done for r in rows], bool)
     arrays = method.scheme.pack(rows, prompt_len, config, pad_id)
     arrays.update(rewards=rewards, dones=dones)
+    if config.behaviour_logprobs == "sampler":
+        arrays["sampler_logprobs"] = pack_sampler_logprobs(rows, arrays["action_mask"].shape[-1])
     next_arrays = pack_rows(next_prompts, [[pad_id]] * num_threads, prompt_len, 1, pad_id)
     return arrays, next_arrays
+
+
+def pack_sampler_logprobs(rows: list[StepRecord], action_len: int) -> np.ndarray:
+    """`[N, A]` float32: each row's `sampler_logprobs` (the sampler's log pi of its action tokens), 0 after them.
+
+    Raises ValueError for a row the sampler did not decode token by token (TWOSOME's candidate
+    scores, `restricted_sampling="action_scores"`): its old log-probs must be recomputed.
+    """
+    packed = np.zeros((len(rows), action_len), np.float32)
+    for n, row in enumerate(rows):
+        if row.sampler_logprobs is None or len(row.sampler_logprobs) != len(row.action_tokens):
+            raise ValueError(f"row {n} has no sampler log-prob for each action token: behaviour_logprobs='sampler' "
+                             "needs actions decoded token by token (poad or ntpo, trie or free-form sampling)")
+        packed[n, :len(row.sampler_logprobs)] = row.sampler_logprobs
+    return packed
 
 
 # Packed arrays padded with a constant (masks off) when a shared shape is
@@ -125,13 +142,19 @@ def behaviour_statistics(
     """Old log-probs, critic features, old values and bootstrap values.
 
     Computed with the learner's own functions (`policy.py`), so the first
-    PPO ratio of an update is exactly 1.
+    PPO ratio of an update is exactly 1; except where `arrays` holds the
+    sampler's log-probs (`pack_batch` with `behaviour_logprobs="sampler"`):
+    those are the old log-probs, the actor's forward is skipped, and the
+    first ratio is 1 up to the cached decode's rounding (`bench logprob_gap`).
     """
     scheme = method.scheme
     batch = make_token_batch(arrays)  # the packed batch, before its behaviour statistics
     critic_lora = params.get("critic_lora", params["actor"])
     use_critic_lora = critic_kind == "lora"
-    old_logprobs, _ = scheme.policy(graph, frozen, params["actor"], batch, temperature)
+    if "sampler_logprobs" in arrays:
+        old_logprobs = jnp.where(batch.action_mask, arrays["sampler_logprobs"], 0.0)
+    else:
+        old_logprobs, _ = scheme.policy(graph, frozen, params["actor"], batch, temperature)
     features = scheme.critic_features(graph, frozen, critic_lora, batch, use_critic_lora)
     old_values = head_values(graph, value_head, features)
     next_features = base_features(

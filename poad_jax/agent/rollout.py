@@ -56,6 +56,9 @@ class RolloutConfig:
     twosome_normalization: str  # "token" or "word"
     discounted_return_gamma: float  # the `discounted_return` metric's discount per env step
     sampling: SamplingConfig
+    # "sampler": `pack_batch` also packs the records' `sampler_logprobs`, which the behaviour
+    # pass then takes as PPO's old log-probs instead of recomputing them ("recompute").
+    behaviour_logprobs: str
     prompt_buckets: tuple[int, ...] = PROMPT_BUCKETS
     action_buckets: tuple[int, ...] = ACTION_BUCKETS
 
@@ -69,6 +72,10 @@ class StepRecord:
     candidates: list[list[int]] | None = None  # TWOSOME: every valid action's tokens
     candidate_texts: list[str] | None = None
     chosen: int = 0
+    # The sampler's log pi of each action token as it decoded them (KV cache), for checks against
+    # the behaviour pass's full forward (`bench logprob_gap`); None where the action was not sampled
+    # token by token (TWOSOME's candidate scores) or is a stand-in (an empty generation's EOS).
+    sampler_logprobs: list[float] | None = None
 
 
 class PromptRenderer:
@@ -160,9 +167,10 @@ class RolloutCollector:
             if self.method.scheme.scores_candidates:
                 raise ValueError("TWOSOME needs a restricted action set; this environment is free-form")
             generation = self.sampler.generate(prompts, rng, self.config.sampling, self.tokenizer)
-            for prompt, tokens in zip(prompts, generation.tokens):
+            for prompt, tokens, logprobs in zip(prompts, generation.tokens, generation.logprobs):
+                sampled = [float(v) for v in logprobs] if len(tokens) else None
                 tokens = list(tokens) or list(self.tokenizer.eos_token_ids[:1])
-                records.append(StepRecord(prompt, tokens, 0.0, False))
+                records.append(StepRecord(prompt, tokens, 0.0, False, sampler_logprobs=sampled))
             return records
 
         candidates = [self._candidate_tokens(obs) for obs in observations]
@@ -189,9 +197,12 @@ class RolloutCollector:
         generation = self.sampler.generate_constrained(
             prompts, candidates, rng, temperature=self.config.sampling.temperature
         )
-        for prompt, cands, obs, index in zip(prompts, candidates, observations, generation.action_index):
+        for prompt, cands, obs, index, logprobs in zip(prompts, candidates, observations, generation.action_index,
+                                                       generation.logprobs):
             index = int(index)
-            records.append(StepRecord(prompt, cands[index], 0.0, False, cands, list(obs.actions), index))
+            # The trie's end-of-action token, when one was decoded, is not among the action's tokens.
+            sampled = [float(v) for v in logprobs[:len(cands[index])]]
+            records.append(StepRecord(prompt, cands[index], 0.0, False, cands, list(obs.actions), index, sampled))
         return records
 
     def _action_text(self, record: StepRecord) -> str:

@@ -163,17 +163,19 @@ def scoring_flops(config, rows: int, prompt_len: int, candidates: int, action_le
 
 
 def update_flops(config, passes: SchemePasses, *, head_sizes, next_rows: int, prompt_len: int, critic_kind: str,
-                 remat: str, epochs: int) -> dict[str, int]:
+                 remat: str, epochs: int, sampler_logprobs: bool = False) -> dict[str, int]:
     """Matmul FLOPs of one update's behaviour pass and learner, `{"behaviour": ..., "learner": ...}`.
 
     behaviour = policy forward + critic forward + head(values)
                 + bootstrap forward (`next_rows` rows of `P + 1` tokens) + head(next_rows)
+                (without the policy forward when the old log-probs are the sampler's)
     learner   = epochs x [training(policy) + head training(values)
                           (+ training(critic) with the features trained, critic_kind "lora")]
     """
     hidden = config.hidden_size
     bootstrap = Pass(next_rows, prompt_len + 1)
-    behaviour = (pass_flops(config, passes.policy).total + pass_flops(config, passes.critic).total
+    policy = 0 if sampler_logprobs else pass_flops(config, passes.policy).total
+    behaviour = (policy + pass_flops(config, passes.critic).total
                  + pass_flops(config, bootstrap).total + head_flops(hidden, head_sizes, passes.values + next_rows))
     lora_critic = critic_kind == "lora"
     learner = (training_flops(config, passes.policy, remat)

@@ -123,6 +123,11 @@ def default_config() -> ml_collections.ConfigDict:
     # learner's and 1.3x the sampler's speed on CPUs with AMX/AVX-512-BF16).
     config.matmul_dtype = "float32"
     config.remat = "full"  # full | dots | none: what the layer scan keeps for backward
+    # PPO's old log-probs (token-level methods): "recompute" them in the behaviour pass with the
+    # learner's own forward (the first ratio is exactly 1), or take the "sampler"'s, recorded as it
+    # decoded (one forward fewer; the first ratio is 1 up to the KV-cache decode's rounding:
+    # max |ratio - 1| 5.7e-6 with float32 matmuls, 0.055 with bfloat16, `bench logprob_gap`).
+    config.behaviour_logprobs = "recompute"
     config.lora = ml_collections.ConfigDict(dict(rank=8, alpha=16.0, targets=("q_proj", "v_proj")))
 
     config.env = ml_collections.ConfigDict()
@@ -333,6 +338,7 @@ CHECKS: tuple[Check | OneOf, ...] = (
     OneOf("dtype", lambda: DTYPES),
     OneOf("matmul_dtype", lambda: MATMUL_DTYPES),
     OneOf("remat", _remat_policies),
+    OneOf("behaviour_logprobs", lambda: ("recompute", "sampler")),
     OneOf("prompt_format", lambda: ("chat", "raw")),
     OneOf("restricted_sampling", lambda: ("trie", "action_scores")),
     OneOf("twosome_normalization", lambda: ("token", "word")),
@@ -467,6 +473,20 @@ def _check_preset(config: ml_collections.ConfigDict) -> None:
         )
 
 
+def _check_sampler_logprobs(config: ml_collections.ConfigDict) -> None:
+    """`behaviour_logprobs="sampler"` needs actions decoded token by token from the policy itself:
+    a token-level method, no top-k/top-p truncation, restricted actions sampled through the trie."""
+    if config.method == "twosome":
+        raise ConfigError("behaviour_logprobs='sampler' needs a token-level method (poad or ntpo): "
+                          "TWOSOME scores candidates and decodes nothing")
+    if int(config.sampling.top_k) != 0 or float(config.sampling.top_p) != 1.0:
+        raise ConfigError("behaviour_logprobs='sampler' needs sampling.top_k=0 and sampling.top_p=1.0: the "
+                          "sampler's log-probs are then of the truncated distribution, not of the policy")
+    if config.restricted_sampling != "trie":
+        raise ConfigError("behaviour_logprobs='sampler' needs restricted_sampling='trie': "
+                          "'action_scores' picks whole actions and decodes nothing")
+
+
 def _check_together(config: ml_collections.ConfigDict) -> None:
     """Checks between fields: the rollout's rows split evenly into minibatches and
     micro-batches (and loss chunks), and whole rollout threads onto each device of
@@ -484,6 +504,8 @@ def _check_together(config: ml_collections.ConfigDict) -> None:
             f"a minibatch's rows ({rows // config.ppo.num_minibatches}) must be divisible by ppo.loss_chunks "
             f"({loss_chunks})"
         )
+    if _value_or_default(config, "behaviour_logprobs", default_config()) == "sampler":
+        _check_sampler_logprobs(config)
     row_devices = config.mesh.data * config.mesh.fsdp  # a -1 axis is checked once the devices are known
     if row_devices > 1 and config.num_threads % row_devices:
         raise ConfigError(
