@@ -41,6 +41,8 @@ import sys
 import tempfile
 import time
 
+from poad_jax.bench._flags import parse_or_report
+
 PHASES = ("sampling", "env", "behaviour", "learner")
 FLOP_PHASES = {"sampling": "flops_sampler", "behaviour": "flops_behaviour", "learner": "flops_learner"}
 
@@ -182,10 +184,8 @@ def roofline(records: list[dict], matmul_gflops: float) -> dict | None:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        values = parse(argv)
-    except Exception as error:  # absl's flag errors: one line, usage status
-        print(f"error: {error}", file=sys.stderr)
+    values = parse_or_report(parse, argv)
+    if values is None:
         return 2
     if values.versus:
         if int(values.rounds) < 1:

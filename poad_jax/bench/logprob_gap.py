@@ -26,6 +26,8 @@ import time
 
 import numpy as np
 
+from poad_jax.bench._flags import parse_or_report
+
 THRESHOLD = 1e-5  # issue 31's bound on |ratio - 1| at the first minibatch
 
 
@@ -68,10 +70,8 @@ def summary(gaps: np.ndarray) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        values = parse(argv)
-    except Exception as error:  # absl's flag errors: one line, usage status
-        print(f"error: {error}", file=sys.stderr)
+    values = parse_or_report(parse, argv)
+    if values is None:
         return 2
     import jax
 
