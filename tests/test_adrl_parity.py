@@ -71,3 +71,14 @@ def test_the_command_exits_1_above_tolerance_and_2_for_a_non_case_file(arrays, t
     (tmp_path / "not.npz").write_text("not a case file")
     assert adrl_parity.main([f"--cases={tmp_path / 'not.npz'}"]) == 2
     assert "not a .npz case file" in capsys.readouterr().err
+
+
+def test_the_update_is_timed_on_the_cases_rows_beside_the_authors_recorded_time(arrays):
+    timed = adrl_parity.time_update(arrays, "poad", repeats=2)
+    assert timed["ours"] > 0 and timed["rows"] == len(arrays["poad/prompts"])
+    assert timed["theirs"] is None  # the committed cases predate the recorded time
+    assert "not in this case file" in adrl_parity.timing_line("poad", timed)
+    with_theirs = {**dict(arrays), "poad/seconds_update": np.array(3.0), "poad/torch_threads": np.array(2)}
+    timed = adrl_parity.time_update(with_theirs, "poad", repeats=1)
+    line = adrl_parity.timing_line("poad", timed)
+    assert timed["theirs"] == 3.0 and f"{3.0 / timed['ours']:.2f}x" in line and "2 torch threads" in line

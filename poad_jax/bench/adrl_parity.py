@@ -26,6 +26,7 @@ semantics change.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import sys
@@ -204,9 +205,23 @@ def learner_config_of(meta: dict[str, Any], semantics: str):
     )
 
 
-def check_case(arrays: dict[str, np.ndarray], name: str, semantics: str = "adrl") -> list[dict[str, Any]]:
-    """Replays case `name` with poad_jax; one row per compared field:
-    {"field", "kind", "error", "tolerance", "ok"} (error: the largest over the case's minibatches)."""
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """A case set up for poad_jax: its data, our method and learner settings, the batch, and the
+    compiled update (the case's minibatch order, every minibatch recorded) with its initial state."""
+
+    case: dict[str, Any]
+    method: Any
+    lconfig: Any
+    batch: Any
+    fit: Any
+    update: Any
+    state: Any
+    frozen: Any
+
+
+def replay(arrays: dict[str, np.ndarray], name: str, semantics: str = "adrl") -> Replay:
+    """Case `name` with our model holding its weights, its batch, and our jitted update."""
     import jax
     from flax import nnx
 
@@ -225,8 +240,36 @@ def check_case(arrays: dict[str, np.ndarray], name: str, semantics: str = "adrl"
     batch, fit = build_batch(graph, frozen, params["actor"], case, method)
     update, _ = build_update(graph, method, lconfig, minibatch_orders=case["orders"], record_minibatches=True)
     state = init_train_state(params, lconfig, jax.random.key(0))
-    initial = _flat_params(state.params)
-    state, metrics = jax.jit(update)(state, frozen, batch)
+    return Replay(case, method, lconfig, batch, fit, jax.jit(update), state, frozen)
+
+
+def time_update(arrays: dict[str, np.ndarray], name: str, repeats: int = 3, semantics: str = "adrl") -> dict:
+    """Seconds of our whole update on the case's rows (best of `repeats` after one compiling call) and
+    the authors' `trainer.train` on the same rows, as the case script recorded it (None if it did not)."""
+    import time
+
+    import jax
+
+    run = replay(arrays, name, semantics)
+    jax.block_until_ready(run.update(run.state, run.frozen, run.batch))  # compiles
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(run.update(run.state, run.frozen, run.batch))
+        seconds.append(time.perf_counter() - start)
+    theirs = run.case.get("seconds_update")
+    threads = run.case.get("torch_threads")
+    return {"ours": min(seconds), "theirs": None if theirs is None else float(theirs),
+            "torch_threads": None if threads is None else int(threads), "rows": int(run.batch.tokens.shape[0])}
+
+
+def check_case(arrays: dict[str, np.ndarray], name: str, semantics: str = "adrl") -> list[dict[str, Any]]:
+    """Replays case `name` with poad_jax; one row per compared field:
+    {"field", "kind", "error", "tolerance", "ok"} (error: the largest over the case's minibatches)."""
+    run = replay(arrays, name, semantics)
+    case, method, lconfig, batch, fit = run.case, run.method, run.lconfig, run.batch, run.fit
+    initial = _flat_params(run.state.params)
+    state, metrics = run.update(run.state, run.frozen, batch)
     final = _flat_params(state.params)
     recorded = metrics["minibatches"]
     rows = []
@@ -285,11 +328,24 @@ def coverage(arrays: dict[str, np.ndarray], name: str) -> dict[str, bool]:
     }
 
 
+def timing_line(name: str, timed: dict) -> str:
+    """One line: our update's seconds on the case's rows beside the authors' (when recorded) and their ratio."""
+    line = f"update on the same {timed['rows']} rows, case {name}: ours {timed['ours']:.3f} s (jit, best after compiling)"
+    if timed["theirs"] is None:
+        return line + "; the authors' time is not in this case file (make it again with scripts/reference/" \
+                      "adrl_update_cases.py)"
+    return (line + f"; the authors' trainer.train {timed['theirs']:.3f} s ({timed['torch_threads']} torch "
+            f"threads): {timed['theirs'] / timed['ours']:.2f}x")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m poad_jax.bench adrl_parity", description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="tests/fixtures/adrl_update_cases.npz", help="case file (.npz)")
     parser.add_argument("--semantics", default="adrl", choices=("adrl", "ours"),
                         help="adrl: replay with the authors' semantics; ours: with poad_jax's defaults")
+    parser.add_argument("--time", type=int, default=0, metavar="REPEATS",
+                        help="also time our update on each case's rows (best of REPEATS after compiling) beside "
+                             "the authors' trainer.train as the case script recorded it")
     args = parser.parse_args(argv)
     import jax
 
@@ -300,6 +356,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     worst: dict[str, Any] = {}
+    timed: dict[str, dict] = {}
     failed = False
     for name in names:
         rows = check_case(arrays, name, args.semantics)
@@ -310,6 +367,9 @@ def main(argv: list[str]) -> int:
             failed |= not row["ok"]
         worst[name] = max(rows, key=lambda r: r["error"] / max(r["tolerance"], 1e-12) if r["tolerance"] else
                           (np.inf if r["error"] else 0.0))["field"]
+        if args.time > 0:
+            timed[name] = time_update(arrays, name, args.time, args.semantics)
+            print(timing_line(name, timed[name]))
     print(json.dumps({"bench": "adrl_parity", "cases": names, "semantics": args.semantics, "ok": not failed,
-                      "worst_field": worst}))
+                      "worst_field": worst, **({"seconds_update": timed} if timed else {})}))
     return 1 if failed else 0

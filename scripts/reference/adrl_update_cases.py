@@ -315,7 +315,10 @@ class Recorder:
 
 
 def run_case(case: Case, adrl: dict, model_dir: pathlib.Path, head_sizes: tuple[int, int], seed: int) -> dict:
-    """One case: the rollout through the authors' agent, the buffer's GAE, one `trainer.train`."""
+    """One case: the rollout through the authors' agent, the buffer's GAE, one `trainer.train`
+    (its wall time is stored as `seconds_update`, the Recorder's gradient copies included)."""
+    import time
+
     import torch
 
     token_level = case.algo != "TWOSOME"
@@ -376,9 +379,14 @@ def run_case(case: Case, adrl: dict, model_dir: pathlib.Path, head_sizes: tuple[
     trainer = trainer_cls(args, agent, 1)
     recorder = Recorder(trainer, agent, token_level)
     np.random.seed(seed + 4)
+    start = time.perf_counter()
     trainer.train(buffer)
+    seconds = time.perf_counter() - start
     final = ours(agent, lambda p: p)
-    return pack_case(case, agent, buffer, recorder, initial, final, next_values[:, 0], head_sizes, max_new_tokens)
+    packed = pack_case(case, agent, buffer, recorder, initial, final, next_values[:, 0], head_sizes, max_new_tokens)
+    packed["seconds_update"] = np.array(seconds)
+    packed["torch_threads"] = np.array(torch.get_num_threads())
+    return packed
 
 
 def pack_case(case, agent, buffer, recorder, initial, final, bootstrap, head_sizes, max_new_tokens) -> dict:
@@ -486,11 +494,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head-sizes", default="64,32", help="the critic head's two widths (ADRL: 1024,512)")
     parser.add_argument("--cases", default=",".join(c.name for c in CASES))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1: the committed cases; the update's time is recorded either way)")
     args = parser.parse_args(argv)
     import torch
     import transformers
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
     adrl = load_adrl(args.adrl.resolve())
     head_sizes = tuple(int(x) for x in args.head_sizes.split(","))
