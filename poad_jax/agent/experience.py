@@ -35,6 +35,11 @@ from poad_jax.core.policy import FrozenBase, PolicyGraph, base_features, head_va
 from poad_jax.core.token_batch import TokenBatch, pack_rows
 
 
+def thread_major_rows(steps: list[list[StepRecord]]) -> list[StepRecord]:
+    """The records `steps[t][b]` in the batch's row order: thread by thread, each thread's steps in time order."""
+    return [steps[t][b] for b in range(len(steps[0])) for t in range(len(steps))]
+
+
 def pack_batch(
     steps: list[list[StepRecord]],
     next_prompts: list[list[int]],
@@ -48,7 +53,7 @@ def pack_batch(
     prompts packed `[B, P]` for the bootstrap values.
     """
     num_threads = len(steps[0])
-    rows = [steps[t][b] for b in range(num_threads) for t in range(len(steps))]
+    rows = thread_major_rows(steps)
     prompt_len = bucket_size(
         max(max(len(r.prompt) for r in rows), max(len(p) for p in next_prompts)), config.prompt_buckets
     )

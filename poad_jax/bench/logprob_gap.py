@@ -53,7 +53,9 @@ def ratio_gaps(behaviour: np.ndarray, sampled: np.ndarray, valid: np.ndarray) ->
 
 def packed_sampler_logprobs(steps, action_len: int) -> tuple[np.ndarray, np.ndarray]:
     """The records' sampler log-probs `[N, A]` (thread-major, as `pack_batch` orders rows) and where they exist."""
-    rows = [steps[t][b] for b in range(len(steps[0])) for t in range(len(steps))]
+    from poad_jax.agent.experience import thread_major_rows
+
+    rows = thread_major_rows(steps)
     values = np.zeros((len(rows), action_len), np.float32)
     known = np.zeros((len(rows), action_len), bool)
     for n, row in enumerate(rows):
