@@ -95,7 +95,7 @@ def test_report_numbers_equal_a_hand_computation(finished_grid):
     for line in (workdir / "report.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) >= 4 and cells[0] in ("POAD", "NTPO"):
-            table[cells[0]] = cells
+            table.setdefault(cells[0], cells)  # the first table's rows (the success counts come later)
     assert set(table) == {"POAD", "NTPO"}
     for group, row in table.items():
         for column, metric in ((2, "episode_return"), (3, "success_rate")):
@@ -292,8 +292,10 @@ def test_the_report_counts_finished_cells_and_lists_running_ones_with_their_time
     _fake_cell(workdir, "NTPO__seed=0", ntpo, "running")  # interrupted at 32 of 64 env steps
     report.write_report(study, workdir)
     text = (workdir / "report.md").read_text()
-    rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in text.splitlines())
-            if c and c[0] in ("POAD", "NTPO", "POAD__seed=0", "NTPO__seed=0")}
+    rows = {}
+    for c in ([x.strip() for x in line.strip("|").split("|")] for line in text.splitlines()):
+        if c and c[0] in ("POAD", "NTPO", "POAD__seed=0", "NTPO__seed=0"):
+            rows.setdefault(c[0], c)  # each name's first table (the success counts come later)
     assert rows["POAD"][1] == "1" and rows["NTPO"][1] == "0" and rows["NTPO"][2] == "-"
     assert rows["POAD__seed=0"][1] == "done" and rows["NTPO__seed=0"][1] == "running (32 of 64)"
     assert rows["POAD__seed=0"][4] == "48" and rows["NTPO__seed=0"][4] == "32"  # first update with a success
@@ -392,6 +394,53 @@ def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
     (tmp_path / "plain").mkdir()
     plain = spec.load_study(write_study(tmp_path / "plain", updates=4, seeds=(0,)))
     assert report.step_outcome_table(plain, workdir) == []
+
+
+
+def test_wilson_interval_equals_scipys():
+    """The score interval against scipy's binomtest (an independent implementation), k = 0 and k = n included."""
+    from scipy import stats
+    for k, n in [(0, 28), (1, 60), (2, 60), (3, 120), (30, 60), (60, 60), (7, 9)]:
+        expected = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+        np.testing.assert_allclose(report.wilson_interval(k, n), (expected.low, expected.high), rtol=1e-9, atol=1e-12)
+    assert all(np.isnan(report.wilson_interval(0, 0)))
+
+
+def test_the_report_pools_successful_episodes_per_group_from_the_per_update_rates(tmp_path):
+    """Successful episodes are counted per update as rate x episodes ended in it (an update that ended
+    none, or whose rate is unknown, adds nothing), summed over a group's cells, running ones included,
+    with Wilson's interval; a study whose cells know no success rate has no such table."""
+    study = spec.load_study(write_study(tmp_path, updates=4, seeds=(0, 1)))
+    workdir = tmp_path / "runs"
+    rng = np.random.default_rng(2)
+
+    def records(ended, successes, unknown=()):
+        out, total = [], 0
+        for u, (e, k) in enumerate(zip(ended, successes), start=1):
+            total += e
+            rate = None if u in unknown else (k / e if e else None)
+            out.append({"update": u, "env_steps": 16 * u, "episodes": total, "episode_return": float(rng.uniform()),
+                        "success_rate": rate})
+        return out
+
+    cells = {"POAD__seed=0": ([3, 0, 5, 4], [1, 0, 2, 3], ()), "POAD__seed=1": ([2, 6, 1, 3], [0, 1, 0, 0], (2,)),
+             "NTPO__seed=0": ([4, 4], [0, 0], ())}
+    for name, (ended, successes, unknown) in cells.items():
+        _fake_cell(workdir, name, records(ended, successes, unknown), "done" if len(ended) == 4 else "running")
+    assert report.episode_successes(records([3, 0, 5, 4], [1, 0, 2, 3])) == (6, 12)
+    assert report.episode_successes(records([2, 6, 1, 3], [0, 1, 0, 0], unknown=(2,))) == (0, 6)
+    report.write_report(study, workdir)
+    text = (workdir / "report.md").read_text()
+    rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in text.splitlines())
+            if len(c) == 7 and c[0] in ("POAD", "NTPO")}
+    low, high = report.wilson_interval(6, 18)
+    assert rows["POAD"][1:] == ["2", "18", "6", "0: 6, 1: 0", f"{6 / 18:.3f}", f"{low:.3f}-{high:.3f}"]
+    assert rows["NTPO"][1:5] == ["1", "8", "0", "0: 0"] and rows["NTPO"][5] == "0.000"
+    for name in cells:
+        path = workdir / "cells" / name / "metrics.jsonl"
+        path.write_text("".join(json.dumps({**r, "success_rate": None}) + "\n" for r in scheduler.read_records(
+            workdir / "cells" / name)))
+    assert report.success_count_table(study, workdir) == []
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "studies").glob("*.py")), ids=lambda p: p.stem)

@@ -250,6 +250,67 @@ def step_outcome_table(study: Study, workdir: pathlib.Path) -> list[str]:
     return lines
 
 
+def episode_successes(records: list[dict[str, Any]]) -> tuple[int, int]:
+    """Successful and counted episodes of a run, from its per-update success rates:
+
+        k = sum_u round(s_u * (E_u - E_{u-1})),   n = sum_u (E_u - E_{u-1})   (E_0 = 0)
+
+    where E_u is the episodes finished by update u and s_u the success rate of those finished in it;
+    updates whose rate is unknown (None or NaN) count in neither.
+    """
+    successes, counted, before = 0, 0, 0
+    for record in records:
+        finished = int(record.get("episodes") or 0)
+        ended, before = finished - before, finished
+        rate = record.get("success_rate")
+        if ended <= 0 or rate is None or math.isnan(float(rate)):
+            continue
+        successes += int(round(float(rate) * ended))
+        counted += ended
+    return successes, counted
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson's score interval for a binomial proportion p = k / n (95 % for the default z):
+
+        (p + z^2 / 2n -+ z sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n)
+
+    (NaN, NaN) for n = 0.  Unlike p -+ z sqrt(p (1 - p) / n) it stays inside [0, 1] and is not empty at k = 0.
+    """
+    if trials <= 0:
+        return float("nan"), float("nan")
+    p, n = successes / trials, float(trials)
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    scale = 1 + z * z / n
+    return max(0.0, (centre - half) / scale), min(1.0, (centre + half) / scale)
+
+
+def success_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
+    """Markdown lines: per group, successful episodes over all its cells (finished and running), pooled
+    over seeds, with Wilson's 95 % interval; [] when no cell has a known success rate.  Pooling treats
+    the seeds' episodes as one sample: the interval shows how few successes a rate rests on, not the
+    spread between seeds (the seed bands show that)."""
+    groups: dict[tuple, list[tuple[int, int, int]]] = {}  # group -> [(seed, successes, episodes)]
+    for cell in seed_major(grid(study), study.seeds):
+        records = read_records(workdir / "cells" / cell.name)
+        if records:
+            groups.setdefault(cell.group, []).append((cell.seed, *episode_successes(records)))
+    if not any(n for counts in groups.values() for _, _, n in counts):
+        return []
+    lines = ["Successful episodes per group, pooled over its cells so far (finished and running; "
+             "interval: Wilson's 95 %):", "",
+             "| group | cells | episodes | successful | successful per seed | rate | 95 % interval |",
+             "|" + "---|" * 7]
+    for group, counts in groups.items():
+        k, n = sum(c[1] for c in counts), sum(c[2] for c in counts)
+        low, high = wilson_interval(k, n)
+        label = ", ".join(label for _, label in group)
+        lines.append(f"| {label} | {len(counts)} | {n:,} | {k:,} | {', '.join(f'{s}: {c}' for s, c, _ in counts)} | "
+                     f"{_number(k / n if n else float('nan'))} | {_number(low)}-{_number(high)} |")
+    return lines
+
+
 def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean and std over seeds of the smoothed curves, on the first seed's env-step grid
     (others interpolated onto it)."""
@@ -485,6 +546,9 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Per cell (finished and running; the group rows above count finished cells only; time in updates "
               "excludes start-up and compilation):", ""] + per_cell
+    counts = success_count_table(study, workdir)
+    if counts:
+        lines += [""] + counts
     outcomes = step_outcome_table(study, workdir)
     if outcomes:
         lines += [""] + outcomes
