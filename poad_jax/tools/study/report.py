@@ -311,6 +311,58 @@ def success_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
     return lines
 
 
+@dataclasses.dataclass
+class Dynamics:
+    """How a cell's policy moved, update by update (PPO's own diagnostics)."""
+    updates: int
+    median_kl: float
+    max_kl: float
+    entropy: tuple[float, float, float]  # at the first update, half-way, the last
+    skipped: int  # minibatch steps the KL threshold skipped
+    steps: int  # minibatch steps in all (skipped ones included)
+    median_seconds: float  # per update, sampling + env + behaviour + learner
+
+
+def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
+    """Medians and extremes over updates u of approx_kl_u and of t_u = sum_phase seconds_phase,u; entropy at
+    updates 1, ceil(U / 2), U; skipped = sum_u skipped_minibatches_u and, with f_u = skipped_u their
+    fraction, steps = sum_u skipped_minibatches_u / f_u over the updates with f_u > 0, else their count
+    / f taken from any update's epochs x minibatches (None when the records carry no approx_kl)."""
+    kept = [r for r in records if r.get("approx_kl") is not None and not math.isnan(float(r["approx_kl"]))]
+    if not kept:
+        return None
+    kl = np.array([float(r["approx_kl"]) for r in kept])
+    entropy = [float(r.get("entropy", float("nan"))) for r in kept]
+    seconds = [sum(float(r.get(key) or 0.0) for key in PHASE_SECONDS) for r in kept]
+    skipped = [int(round(float(r.get("skipped_minibatches") or 0))) for r in kept]
+    fractions = [float(r.get("skipped") or 0.0) for r in kept]
+    per_update = {round(k / f) for k, f in zip(skipped, fractions) if k > 0 and f > 0}
+    steps = per_update.pop() * len(kept) if len(per_update) == 1 else 0
+    return Dynamics(updates=len(kept), median_kl=float(np.median(kl)), max_kl=float(kl.max()),
+                    entropy=(entropy[0], entropy[(len(kept) - 1) // 2], entropy[-1]), skipped=int(sum(skipped)),
+                    steps=steps, median_seconds=float(np.median(seconds)))
+
+
+def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
+    """Markdown lines, one row per cell with PPO diagnostics: median (max) per-update approx KL, the
+    entropy's path, minibatch steps skipped by the KL threshold, median time per update; [] without any."""
+    lines = ["Training dynamics per cell (approx KL and entropy as the learner logs them: per token for "
+             "token-level methods, per action for TWOSOME):", "",
+             "| cell | updates | median (max) approx KL | entropy: first -> half-way -> last update | "
+             "minibatch steps skipped | median time per update |", "|" + "---|" * 6]
+    rows = 0
+    for cell in seed_major(grid(study), study.seeds):
+        row = training_dynamics(read_records(workdir / "cells" / cell.name))
+        if row is None:
+            continue
+        rows += 1
+        skipped = f"{row.skipped} of {row.steps}" if row.steps else str(row.skipped)
+        lines.append(f"| {cell.name} | {row.updates} | {row.median_kl:.2g} ({row.max_kl:.2g}) | "
+                     + " -> ".join(f"{e:.2f}" for e in row.entropy)
+                     + f" | {skipped} | {format_seconds(row.median_seconds)} |")
+    return lines if rows else []
+
+
 def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean and std over seeds of the smoothed curves, on the first seed's env-step grid
     (others interpolated onto it)."""
@@ -552,6 +604,9 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
     outcomes = step_outcome_table(study, workdir)
     if outcomes:
         lines += [""] + outcomes
+    dynamics = dynamics_table(study, workdir)
+    if dynamics:
+        lines += [""] + dynamics
     if any_finished:
         lines += ["", "![return](return.png)", "", "![success](success.png)"]
         if report.get("heatmap"):
