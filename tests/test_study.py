@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -472,6 +473,35 @@ def test_the_dynamics_table_reads_kl_entropy_skips_and_time_per_update(tmp_path)
     assert rows == ["POAD__seed=0"]
     assert f"| 10 of 50 | {scheduler.format_seconds(np.median(seconds.sum(axis=1)))} |" in "".join(lines)
     assert report.training_dynamics([{k: v for k, v in r.items() if k != "approx_kl"} for r in records]) is None
+
+
+
+def test_a_reference_option_sets_published_numbers_beside_the_groups_and_bad_ones_fail_at_load(tmp_path):
+    """Report option `reference` (e.g. the paper's Appendix H): a column of the group table (a range, a
+    single value, "-" for a group it does not name) and dashed lines on the return figure; a malformed
+    option or one naming no group of the study is a one-line StudyError when the study loads."""
+    reference = ', "reference": {"label": "paper (7B)", "values": {"POAD": (0.77, 0.70), "NTPO": 0.5}}'
+    study = spec.load_study(write_study(tmp_path, updates=2, seeds=(0,), methods=("poad", "ntpo", "twosome"),
+                                        extra_report=reference))
+    workdir = tmp_path / "runs"
+    for name in ("POAD__seed=0", "NTPO__seed=0", "TWOSOME__seed=0"):
+        _fake_cell(workdir, name, [{"update": u, "env_steps": 16 * u, "episodes": u, "episode_return": 0.3,
+                                    "success_rate": 0.0} for u in (1, 2)], "done")
+    report.write_report(study, workdir)
+    text = (workdir / "report.md").read_text()
+    assert "| group | seeds | final episode_return | final success | env steps to episode_return >= 0.5 | " \
+           "paper (7B) |" in text
+    rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in text.splitlines())
+            if len(c) == 6}
+    assert (rows["POAD"][5], rows["NTPO"][5], rows["TWOSOME"][5]) == ("0.7-0.77", "0.5", "-")
+    assert (workdir / "return.png").stat().st_size > 1000
+    for bad, message in ((', "reference": {"values": {"POAD": 0.7}}', '{"label"'),
+                         (', "reference": {"label": "x", "values": {"POAD": "high"}}', "for 'POAD' must be"),
+                         (', "reference": {"label": "x", "values": {"PAOD": 0.7}}', "names no group ['PAOD']")):
+        directory = tmp_path / f"bad{len(message)}"
+        directory.mkdir()
+        with pytest.raises(spec.StudyError, match=re.escape(message)):
+            spec.load_study(write_study(directory, extra_report=bad))
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "studies").glob("*.py")), ids=lambda p: p.stem)

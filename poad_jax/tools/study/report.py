@@ -16,7 +16,7 @@ import numpy as np
 from poad_jax.tools.study.scheduler import (cell_finished, format_seconds, read_json, read_records, repo_commit,
                                              seed_major)
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
-                                        value_label)
+                                        reference_ranges, value_label)
 
 
 
@@ -402,6 +402,7 @@ def plot_curves(study: Study, results: list[GroupResult], path: pathlib.Path, wh
 
     window = int(study.report.get("smoothing", 1))
     facet = study.report.get("facet")
+    reference_label, reference = reference_ranges(study)
     facet_values = []
     for result in results:
         key = dict(result.group).get(facet) if facet else None
@@ -426,6 +427,11 @@ def plot_curves(study: Study, results: list[GroupResult], path: pathlib.Path, wh
             axis.fill_between(steps, mean - std, mean + std, color=colour, alpha=0.18, linewidth=0)
             if which == "return" and result.theory is not None:
                 axis.axhline(result.theory, color=colour, linestyle=":", linewidth=1)
+            if which == "return" and result.label in reference:
+                low, high = reference[result.label]
+                axis.axhspan(low, high, color=colour, alpha=0.08, linewidth=0)
+                for level in {low, high}:
+                    axis.axhline(level, color=colour, linestyle="--", linewidth=0.8)
         axis.set_title(key if key else study.name, fontsize=10)
         axis.set_xlabel("env steps")
         axis.grid(alpha=0.3)
@@ -442,6 +448,8 @@ def plot_curves(study: Study, results: list[GroupResult], path: pathlib.Path, wh
     subtitle = f"mean ± std over seeds, moving average of {window} updates" if window > 1 else "mean ± std over seeds"
     if which == "return" and any(r.theory is not None for r in results):
         subtitle += "; dotted: optimum under the method's discount"
+    if which == "return" and any(r.label in reference for r in results):
+        subtitle += f"; dashed: {reference_label}"
     figure.suptitle(f"{study.name}: {subtitle}", fontsize=10)
     legend_rows = math.ceil(len(seen) / 4)
     figure.tight_layout(rect=(0, 0.04 + 0.035 * legend_rows, 1, 0.95))
@@ -568,6 +576,7 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
     metric = report.get("metric", "episode_return")
     fraction = float(report.get("final_fraction", 0.1))
     threshold = report.get("threshold")
+    reference_label, reference = reference_ranges(study)
     any_finished = any(r.curves for r in results)
     for figure in ("return", "success", "heatmap"):  # none left from an earlier report
         (workdir / f"{figure}.png").unlink(missing_ok=True)
@@ -581,6 +590,8 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
         header.append("optimum under its discount")
     if threshold is not None:
         header.append(f"env steps to {metric} >= {threshold}")
+    if reference:
+        header.append(reference_label)
     lines = [f"# Study `{study.name}`", "",
              f"Base config `{os.path.relpath(study.base_config, REPO)}`; fixed: "
              + (", ".join(f"`{k}={v}`" for k, v in study.fixed.items()) or "none") + ".",
@@ -595,6 +606,9 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
             reached = [s for s in r.threshold_steps if not math.isnan(s)]
             row.append(f"{len(reached)}/{len(r.threshold_steps)} reached" +
                        (f"; mean {np.mean(reached):,.0f}" if reached else ""))
+        if reference:
+            low, high = reference.get(r.label, (math.nan, math.nan))
+            row.append("-" if math.isnan(low) else f"{low:g}" if low == high else f"{low:g}-{high:g}")
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Per cell (finished and running; the group rows above count finished cells only; time in updates "
               "excludes start-up and compilation):", ""] + per_cell

@@ -132,10 +132,12 @@ def load_study(path: str | pathlib.Path) -> Study:
         raise StudyError(f"study {raw['name']!r}: seeds must be distinct and at least one, got {seeds}")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(raw["name"])):
         raise StudyError(f"study name {raw['name']!r} may hold only letters, digits, '_', '.', '-'")
-    return Study(
+    study = Study(
         name=str(raw["name"]), path=path.resolve(), base_config=base.resolve(),
         fixed=_plain(raw.get("fixed", {})), axes=axes, seeds=seeds, report=_plain(raw.get("report", {})),
     )
+    reference_ranges(study)  # a malformed report option fails here, before any cell runs
+    return study
 
 
 def value_label(axis: str, value: Any) -> str:
@@ -168,6 +170,34 @@ def grid(study: Study) -> list[Cell]:
             name = "__".join(_slug(label) for _, label in group) + f"__seed={seed}"
             cells.append(Cell(name, tuple(group), seed, {**overrides, "seed": seed}, argument))
     return cells
+
+
+def reference_ranges(study: Study) -> tuple[str, dict[str, tuple[float, float]]]:
+    """Report option `reference = {"label": text, "values": {group label: x or (low, high)}}`: published
+    numbers to set beside the study's own (e.g. the paper's), as (label, {group: (low, high)}); ("", {})
+    when the study has none.  A malformed option, or one naming no group of the study, is a
+    StudyError naming what is wrong (load_study checks it, so a study fails at its start, not its report)."""
+    option = study.report.get("reference")
+    if not option:
+        return "", {}
+    if not isinstance(option, dict) or not isinstance(option.get("values"), dict) or not option.get("label"):
+        raise StudyError(f"study {study.name!r}: report option reference must be "
+                         '{"label": "...", "values": {"<group label>": x or (low, high)}}')
+    ranges = {}
+    for group, value in option["values"].items():
+        pair = value if isinstance(value, (list, tuple)) else (value, value)
+        try:
+            low, high = (float(v) for v in pair)
+        except (TypeError, ValueError):
+            raise StudyError(f"study {study.name!r}: reference value for {group!r} must be a number or a "
+                             f"(low, high) pair, not {value!r}") from None
+        ranges[str(group)] = (min(low, high), max(low, high))
+    groups = {", ".join(label for _, label in cell.group) for cell in grid(study)}
+    unknown = sorted(set(ranges) - groups)
+    if unknown:
+        raise StudyError(f"study {study.name!r}: report option reference names no group {unknown}; its groups: "
+                         + ", ".join(sorted(groups)))
+    return str(option["label"]), ranges
 
 
 def _set_field(config: ml_collections.ConfigDict, field: str, value: Any) -> None:
