@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Copies the paper-task studies' small per-cell files (metrics.jsonl, config.json,
-# cell.json, finished.json, and DataSciCoding's best program) and each
+# cell.json, finished.json, a COPIED_FROM note, and DataSciCoding's best program) and each
 # study.json into docs/results/raw/ (a cell reused from a sibling study gets a
 # REUSED note instead), so the numbers in docs/results.md survive a lost
 # machine. Checkpoints are not copied.
@@ -22,7 +22,7 @@ for study_dir in "$runs"/*/; do
       echo "reused: $(readlink "${cell_dir%/}")" > "$target/REUSED"
       continue
     fi
-    for name in metrics.jsonl config.json cell.json finished.json best_program.json best_program.py; do
+    for name in metrics.jsonl config.json cell.json finished.json best_program.json best_program.py COPIED_FROM; do
       [ -f "$cell_dir/$name" ] && cp "$cell_dir/$name" "$target/"
     done
   done
