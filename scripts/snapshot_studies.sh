@@ -4,19 +4,22 @@
 # study.json into docs/results/raw/ (a cell reused from a sibling study gets a
 # REUSED note instead), so the numbers in docs/results.md survive a lost
 # machine. Checkpoints are not copied.
-#   bash scripts/snapshot_studies.sh [RUNS_DIR]   (default: runs/studies)
+#   bash scripts/snapshot_studies.sh [RUNS_DIR [DEST]]   (defaults: runs/studies, docs/results/raw)
+# A study run elsewhere keeps its own DEST, e.g. the lent GPU's runs:
+#   bash scripts/snapshot_studies.sh runs/studies_gpu docs/results/raw/h100_2026-11-25
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-runs/studies}"
+dest="${2:-docs/results/raw}"
 [ -d "$runs" ] || { echo "error: no study directory $runs" >&2; exit 2; }
 for study_dir in "$runs"/*/; do
   study=$(basename "$study_dir")
   [ -f "$study_dir/study.json" ] || continue
-  mkdir -p "docs/results/raw/$study"
-  cp "$study_dir/study.json" "docs/results/raw/$study/"
+  mkdir -p "$dest/$study"
+  cp "$study_dir/study.json" "$dest/$study/"
   for cell_dir in "$study_dir"cells/*/; do
     [ -f "$cell_dir/metrics.jsonl" ] || continue
-    target="docs/results/raw/$study/$(basename "$cell_dir")"
+    target="$dest/$study/$(basename "$cell_dir")"
     mkdir -p "$target"
     if [ -L "${cell_dir%/}" ]; then  # reused from a sibling study, whose snapshot holds its files
       echo "reused: $(readlink "${cell_dir%/}")" > "$target/REUSED"
@@ -26,5 +29,5 @@ for study_dir in "$runs"/*/; do
       [ -f "$cell_dir/$name" ] && cp "$cell_dir/$name" "$target/"
     done
   done
-  echo "$study: $(ls -d "docs/results/raw/$study"/*/ 2>/dev/null | wc -l) cells copied"
+  echo "$study: $(ls -d "$dest/$study"/*/ 2>/dev/null | wc -l) cells copied"
 done

@@ -365,6 +365,47 @@ def test_provenance_names_each_cells_commits_and_counts_cut_off_invocations(tmp_
     assert f"report at {scheduler.repo_commit()};" in line
 
 
+def test_each_invocation_records_its_machine_and_the_provenance_names_it(tmp_path, monkeypatch):
+    """A study run on a lent GPU machine and reported here must name that machine: each invocation
+    records `this_machine()` (cores, CPU model, NVIDIA GPUs from nvidia-smi) in study.json, and the
+    provenance line lists the recorded machines; invocations that recorded none fall back to the
+    reporting machine, said as such."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\necho 'NVIDIA H100 80GB HBM3'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert scheduler.this_machine() == f"{os.cpu_count()} cores, {_cpu_model()}, 2 x NVIDIA H100 80GB HBM3"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi: no GPU words
+    here = scheduler.this_machine()
+    assert here == f"{os.cpu_count()} cores, {_cpu_model()}"
+
+    study = spec.load_study(write_study(tmp_path, updates=1, seeds=(0,)))
+    workdir = tmp_path / "runs"
+    _fake_cell(workdir, "POAD__seed=0", [{"update": 1, "env_steps": 16, "episodes": 1, "episode_return": 0.0,
+                                          "success_rate": 0.0}], "done")
+    (workdir / "study.json").write_text(json.dumps({"sessions": [{"started": "2026-11-22T10:00:00Z",
+                                                                  "seconds": 30.0, "ended": True}]}))
+    assert f"; {here} (where this report was written: the invocations did not record theirs);" in \
+        report.provenance(study, workdir)
+    index = scheduler.open_session(workdir, time.time())
+    sessions = json.loads((workdir / "study.json").read_text())["sessions"]
+    assert index == 1 and sessions[1]["machine"] == here
+    sessions[0]["machine"] = "16 cores, Some CPU, 1 x NVIDIA H100 80GB HBM3"
+    (workdir / "study.json").write_text(json.dumps({"sessions": sessions}))
+    line = report.provenance(study, workdir)
+    assert f"; 16 cores, Some CPU, 1 x NVIDIA H100 80GB HBM3; {here}; run 2026-11-22" in line
+    assert "did not record" not in line
+
+
+def _cpu_model() -> str:
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
 def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
     """Report option `steps` (DataSciCoding: runnable programs and their AUC): counts, fraction, the mean
     reward of succeeded steps weighted by step (all and last 25%), the best reward; rows parsed back."""
@@ -518,18 +559,21 @@ def test_every_study_of_the_repository_builds_a_valid_config_for_each_cell(path)
 PUBLISHED = REPO / "docs" / "results" / "raw"  # snapshots of the paper-task studies' cells
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in PUBLISHED.iterdir() if (p / "study.json").is_file()))
-def test_a_published_study_still_builds_the_cells_it_ran(name):
-    """Its study file and base config still describe the published cells: the workdir is recognised as
+@pytest.mark.parametrize("snapshot", sorted(str(p.parent.relative_to(PUBLISHED)) for p in
+                                             [*PUBLISHED.glob("*/study.json"), *PUBLISHED.glob("*/*/study.json")]))
+def test_a_published_study_still_builds_the_cells_it_ran(snapshot):
+    """Its study file and base config still describe the published cells (snapshots of studies run on
+    another machine sit one folder down, e.g. h100_2026-11-25/<study>): the workdir is recognised as
     this study's, and every cell's trainer config equals the config.json it ran with (fields added to
     the trainer since count at their defaults), so re-running the study resumes rather than refusing."""
     from poad_jax.run import rundir
 
-    study = spec.load_study(REPO / "studies" / f"{name}.py")
-    assert study.recorded_in(json.loads((PUBLISHED / name / "study.json").read_text()))
+    published = PUBLISHED / snapshot
+    study = spec.load_study(REPO / "studies" / f"{published.name}.py")
+    assert study.recorded_in(json.loads((published / "study.json").read_text()))
     compared = 0
     for cell in spec.grid(study):
-        recorded = PUBLISHED / name / cell.name / "config.json"
+        recorded = published / cell.name / "config.json"
         if not recorded.is_file():  # a cell reused from a sibling study: only a note is kept
             continue
         ran = json.loads(recorded.read_text())
@@ -540,6 +584,30 @@ def test_a_published_study_still_builds_the_cells_it_ran(name):
         assert changed == {}, (cell.name, safe)
         compared += 1
     assert compared
+
+
+def test_the_snapshot_script_copies_a_studys_small_files_to_the_destination_it_is_given(tmp_path):
+    """scripts/snapshot_studies.sh RUNS DEST: study.json and each cell's small files (not its checkpoints
+    or logs) land in DEST/<study>/<cell>; a reused cell (a symlink) leaves a REUSED note."""
+    runs, dest = tmp_path / "runs", tmp_path / "dest"
+    cell = runs / "grid" / "cells" / "POAD__seed=0"
+    (cell / "checkpoints" / "3").mkdir(parents=True)
+    (cell / "checkpoints" / "3" / "state").write_bytes(b"x" * 100)
+    (runs / "grid" / "study.json").write_text('{"identity": "grid"}')
+    for name in ("metrics.jsonl", "config.json", "cell.json", "finished.json", "train.log"):
+        (cell / name).write_text(name)
+    (runs / "other" / "cells" / "NTPO__seed=0").mkdir(parents=True)
+    (runs / "other" / "cells" / "NTPO__seed=0" / "metrics.jsonl").write_text("{}")
+    (runs / "grid" / "cells" / "NTPO__seed=0").symlink_to(runs / "other" / "cells" / "NTPO__seed=0")
+    done = subprocess.run(["bash", str(REPO / "scripts" / "snapshot_studies.sh"), str(runs), str(dest)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    copied = dest / "grid" / "POAD__seed=0"
+    assert sorted(p.name for p in copied.iterdir()) == ["cell.json", "config.json", "finished.json", "metrics.jsonl"]
+    assert (copied / "metrics.jsonl").read_text() == "metrics.jsonl"
+    assert (dest / "grid" / "study.json").read_text() == '{"identity": "grid"}'
+    assert (dest / "grid" / "NTPO__seed=0" / "REUSED").read_text().startswith("reused: ")
+    assert not (dest / "other").exists()  # no study.json: not a study
 
 
 def test_a_finished_cell_recorded_before_a_config_field_existed_is_reused_at_that_fields_default(tmp_path):

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import math
 import os
 import pathlib
+import textwrap
 import warnings
 from typing import Any
 
 import numpy as np
 
 from poad_jax.tools.study.scheduler import (cell_finished, format_seconds, read_json, read_records, repo_commit,
-                                             seed_major)
+                                             seed_major, this_machine)
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
                                         reference_ranges, value_label)
 
@@ -450,7 +450,7 @@ def plot_curves(study: Study, results: list[GroupResult], path: pathlib.Path, wh
         subtitle += "; dotted: optimum under the method's discount"
     if which == "return" and any(r.label in reference for r in results):
         subtitle += f"; dashed: {reference_label}"
-    figure.suptitle(f"{study.name}: {subtitle}", fontsize=10)
+    figure.suptitle(textwrap.fill(f"{study.name}: {subtitle}", width=90), fontsize=10)  # a long one is not clipped
     legend_rows = math.ceil(len(seen) / 4)
     figure.tight_layout(rect=(0, 0.04 + 0.035 * legend_rows, 1, 0.95))
     figure.savefig(path, dpi=90)
@@ -532,19 +532,16 @@ def provenance(study: Study, workdir: pathlib.Path) -> str:
             continue
         summary = summarise_cell(study, workdir, cell)  # summed from the metrics: survives interrupted sessions
         cell_seconds += summary.seconds if summary is not None else 0.0
-    cpu = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    machines = list(dict.fromkeys(s["machine"] for s in sessions if s.get("machine")))
+    if not machines:  # invocations from before study.json recorded their machine
+        machines = [f"{this_machine()} (where this report was written: the invocations did not record theirs)"]
     dates = sorted(s["started"][:10] for s in sessions if s.get("started"))
     command = f"python -m poad_jax.study --study={os.path.relpath(study.path, REPO)}"
     cut = f", {cut_off} of them cut off (counted to their last minute)" if cut_off else ""
     when = (f"run {dates[0]}{' to ' + dates[-1] if len(set(dates)) > 1 else ''}; wall time {format_seconds(wall)} "
             f"over {len(sessions)} invocation(s){cut}, " if sessions else "no invocation recorded yet; ")
     return (f"Command `{command}` (resumable); {_commits_line(study, workdir)}; report at {repo_commit()}; "
-            f"{os.cpu_count()} cores, {cpu}; {when}"
+            f"{'; '.join(machines)}; {when}"
             f"{format_seconds(cell_seconds)} in the cells' updates"
             + (f" ({reused} cells reused from sibling studies, whose time counts there)." if reused else "."))
 

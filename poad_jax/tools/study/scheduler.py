@@ -179,17 +179,39 @@ def prepare_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> N
     })
 
 
+def this_machine() -> str:
+    """The machine in words: cores, CPU model (/proc/cpuinfo) and NVIDIA GPUs (`nvidia-smi`), if any."""
+    cpu = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    words = f"{os.cpu_count()} cores, {cpu}"
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return words
+    names = [name.strip() for name in listed.stdout.splitlines() if name.strip()] if listed.returncode == 0 else []
+    for name in dict.fromkeys(names):
+        words += f", {names.count(name)} x {name}"
+    return words
+
+
 def open_session(workdir: pathlib.Path, started: float) -> int:
     """Appends this invocation to study.json's sessions (not ended yet); returns its index.
 
-    `update_session` keeps its seconds current while cells run, so an
-    invocation cut off by `kill -9` or a session's end still counts, up to
-    its last update, in the wall time the report states.
+    Each invocation records the machine it ran on (`this_machine`), so a
+    report written elsewhere (a study run on a lent GPU, reported here) names
+    the right one.  `update_session` keeps its seconds current while cells
+    run, so an invocation cut off by `kill -9` or a session's end still
+    counts, up to its last update, in the wall time the report states.
     """
     data = read_json(workdir / STUDY_FILE) or {}
     data.setdefault("sessions", []).append({
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "seconds": 0.0, "cells_run": 0, "ended": False,
+        "seconds": 0.0, "cells_run": 0, "ended": False, "machine": this_machine(),
     })
     write_json_atomic(workdir / STUDY_FILE, data)
     return len(data["sessions"]) - 1
