@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# VirtualHome at the authors' own settings (docs/results.md).  Hours on 2 cores; resumable:
-# re-run the same command after any interruption.
+# VirtualHome at the authors' own settings (docs/results.md), the CPU route.  Days on 2 cores; resumable:
+# re-run the same command after any interruption, on the same machine (checkpoints live in runs/).
+# Both groups were run to the end on a lent H100 on 2026-11-25 instead (scripts/gpu_paper_studies.sh,
+# 22 minutes; docs/results.md); this script stays as the way to run them where no GPU is lent.
 #   nohup bash scripts/run_virtualhome_paper.sh >> runs/studies/paper.log 2>&1 &
 # 1. The actor-lr sweep (studies/virtualhome_paper_lr.py, its rule in its docstring), since at the paper's lr
 #    nothing moved in the first 1,024 env steps: first pass to 1,536 env steps; no success -> on to 3,072.
