@@ -48,7 +48,9 @@ setup() {
 }
 
 start_mps() {  # lets the processes' kernels overlap on the one GPU; fine without it
-  if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d 2>/dev/null; then
+  if pgrep -x nvidia-cuda-mps-control >/dev/null; then
+    echo "MPS daemon already running"
+  elif command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d 2>/dev/null; then
     echo "MPS daemon started"
   else
     echo "no MPS: the processes time-share the GPU"
@@ -62,7 +64,7 @@ smoke() {
       --config.total_env_steps=256 --config.seed=$seed --workdir=/root/smoke$seed > /root/smoke$seed.log 2>&1 &
   done
   wait
-  tail -3 /root/smoke0.log /root/smoke1.log
+  tail -n 3 /root/smoke0.log /root/smoke1.log
   python3 - <<'EOF'
 import json
 for seed in (0, 1):
@@ -74,6 +76,7 @@ EOF
 }
 
 start() {
+  start_mps
   mkdir -p "$RUNS"
   date -u +%FT%TZ > "$RUNS/started_at"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$RUNS/machine.txt"

@@ -610,6 +610,31 @@ def test_the_snapshot_script_copies_a_studys_small_files_to_the_destination_it_i
     assert not (dest / "other").exists()  # no study.json: not a study
 
 
+def test_the_gpu_script_reports_each_cells_env_steps_and_successes_and_packs_the_small_files(tmp_path):
+    """scripts/gpu_paper_studies.sh watch: one line per study, `<method>/<seed>:<env steps>(<successful
+    steps>)` per cell from its metrics.jsonl, and a tarball in $OUT without checkpoints (what came back
+    from the H100); runs with no GPU too (nvidia-smi's absence costs one line)."""
+    runs, out = tmp_path / "gpu_runs", tmp_path / "out"
+    out.mkdir()
+    cell = runs / "grid" / "cells" / "POAD__seed=1"
+    (cell / "checkpoints" / "2").mkdir(parents=True)
+    (cell / "checkpoints" / "2" / "state").write_bytes(b"x")
+    (cell / "metrics.jsonl").write_text("".join(json.dumps({"update": u, "env_steps": 128 * u,
+                                                            "steps_succeeded": k}) + "\n"
+                                                for u, k in ((1, 0), (2, 2), (3, 1))))
+    (runs / "grid" / "cells" / "NTPO__seed=0").mkdir()
+    done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_paper_studies.sh"), "watch", "0"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RUNS": str(runs), "OUT": str(out)})
+    assert done.returncode == 0, done.stderr
+    assert "grid NTPO/0:0(0) POAD/1:384(3)" in done.stdout
+    import tarfile
+    with tarfile.open(out / "gpu_runs.tgz") as packed:
+        names = packed.getnames()
+    assert "gpu_runs/grid/cells/POAD__seed=1/metrics.jsonl" in names
+    assert not [name for name in names if "checkpoints" in name]
+
+
 def test_a_finished_cell_recorded_before_a_config_field_existed_is_reused_at_that_fields_default(tmp_path):
     """A cell's config.json written by an older trainer lacks later fields (`mesh`, `distributed`): it ran as
     their defaults, so it matches a cell at the defaults and not one that sets such a field otherwise."""
