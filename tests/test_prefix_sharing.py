@@ -174,7 +174,11 @@ def test_whole_update_agrees_and_first_ratio_is_one_with_sharing():
         stats = behaviour_statistics(graph, frozen, params, params["head"], arrays, next_arrays,
                                      method=method, temperature=1.0, critic_kind="head")
         batch = make_token_batch(arrays, stats)
-        logprobs, _, _, _ = policy_outputs(graph, frozen, params, batch, method, config)
+        # Compiled, as the learner runs it: op-by-op (eager) execution rounds TWOSOME's shared-prompt
+        # log-probs 1 ulp differently on some CPUs (seen on an AVX2-only AMD EPYC), the compiled
+        # behaviour pass and learner agree bit for bit.
+        logprobs, _, _, _ = jax.jit(policy_outputs, static_argnames=("graph", "method", "config"))(
+            graph, frozen, params, batch, method, config)
         np.testing.assert_array_equal(np.asarray(logprobs), np.asarray(batch.old_logprobs))  # ratio exactly 1
         update, _ = make_update_fn(graph, method, config)
         state = init_train_state(jax.tree.map(jnp.array, params), config, jax.random.key(0))
