@@ -81,7 +81,7 @@ start() {
   date -u +%FT%TZ > "$RUNS/started_at"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$RUNS/machine.txt"
   echo "$(nproc) CPU cores" >> "$RUNS/machine.txt"
-  echo "${COMMIT:-unknown}" > "$RUNS/commit"  # the device's copy has no .git: the caller names the commit
+  echo "${COMMIT:-unknown}" > "$RUNS/commit"  # the device's copy may carry a stale .git: the caller names it
   for entry in $STUDIES; do
     local name=${entry%%:*} workers=${entry##*:}
     setsid nohup python3 -m poad_jax.study --study=studies/$name.py --workdir="$RUNS/$name" \
