@@ -1,8 +1,16 @@
-"""`python -m poad_jax.study`: the command of `poad_jax.tools.study.cli` (its docstring tells its flags)."""
+"""`python -m poad_jax.study`: the command of `poad_jax.tools.study.cli` (`--help` tells its flags)."""
 
 import sys
 
-from poad_jax.tools.study.cli import main
+try:
+    from poad_jax.tools.study.cli import main
+except KeyboardInterrupt:  # Ctrl-C while JAX and the libraries load: one line, not a traceback
+    print("\ninterrupted while starting; nothing was written", file=sys.stderr)
+    sys.exit(130)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)

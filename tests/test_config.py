@@ -21,9 +21,13 @@ from poad_jax.agent.rollout import RolloutConfig
 from poad_jax.sampling import SamplingConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-CONFIG_FILES = sorted((REPO / "configs").glob("*.py"))
+PRESETS = ("overcooked_paper.py", "virtualhome_paper.py")  # one preset per method: the method is their argument
+# Every config file as `--config=` takes it: a preset with a method (each method's is checked in
+# test_adrl_semantics.py), the others as they are.
+CONFIG_FILES = [f"{p}:poad" if p.name in PRESETS else p for p in sorted((REPO / "configs").glob("*.py"))]
 ROLLOUT_SETTINGS = ("num_threads", "rollout_length", "prompt_format", "system_prompt", "max_prompt_tokens",
-                    "restricted_sampling", "twosome_normalization", "discounted_return_gamma", "behaviour_logprobs")
+                    "restricted_sampling", "twosome_normalization", "discounted_return_gamma", "behaviour_logprobs",
+                    "trie_explore_temperature")
 
 
 def leaves(tree, prefix=""):
@@ -44,14 +48,15 @@ def expected_learner_fields(config) -> dict:
 
 def expected_rollout_fields(config, eos_ids=()) -> dict:
     sampling = SamplingConfig(**dict(config.sampling.items()), stop_token_ids=eos_ids)
-    return {**{name: config[name] for name in ROLLOUT_SETTINGS}, "sampling": sampling}
+    pack_behaviour = config_lib.value_or_default(config, "ppo.behaviour_correction", config_lib.default_config()) != "none"
+    return {**{name: config[name] for name in ROLLOUT_SETTINGS}, "sampling": sampling, "pack_behaviour": pack_behaviour}
 
 
 # ---------------------------------------------------------------------------
 # One source of defaults.
 
 
-@pytest.mark.parametrize("path", [None, *CONFIG_FILES], ids=lambda p: "default" if p is None else p.name)
+@pytest.mark.parametrize("path", [None, *CONFIG_FILES], ids=lambda p: "default" if p is None else pathlib.Path(p).name)
 def test_dataclasses_carry_exactly_the_configs_values(path):
     """Every LearnerConfig field is the config's value (and every `ppo` setting
     reaches the learner); every rollout setting reaches RolloutConfig."""
@@ -229,7 +234,7 @@ def test_the_trainers_learner_config_is_the_configs(tmp_path, monkeypatch):
 # Config files.
 
 
-@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: pathlib.Path(p).name)
 def test_every_config_file_starts_from_the_defaults_and_validates(path):
     config = config_lib.load_config_file(path)
     config_lib.validate(config)
@@ -237,8 +242,20 @@ def test_every_config_file_starts_from_the_defaults_and_validates(path):
 
 
 def test_no_config_file_edits_sys_path():
-    for path in CONFIG_FILES:
+    for path in (REPO / "configs").glob("*.py"):
         assert "sys.path" not in path.read_text(), path.name
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_preset_without_its_method_names_the_methods_instead_of_choosing_one(preset, tmp_path):
+    with pytest.raises(config_lib.ConfigError, match=r":<method> with <method> one of poad, ntpo, twosome$"):
+        config_lib.load_config_file(REPO / "configs" / preset)
+    done = subprocess.run([sys.executable, "-m", "poad_jax.train", f"--config=configs/{preset}",
+                           f"--workdir={tmp_path / 'w'}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and not (tmp_path / "w").exists()
+    assert done.stderr.strip().splitlines() == [
+        f"error: configs/{preset} holds one preset per method: name it, --config=configs/{preset}:<method> "
+        "with <method> one of poad, ntpo, twosome"]
 
 
 def test_config_files_load_from_another_working_directory(tmp_path):

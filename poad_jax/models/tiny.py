@@ -46,6 +46,12 @@ class WordTokenizer:
         pieces = re.findall(r" ?[A-Za-z0-9_]+| ?[^\sA-Za-z0-9_]|<[a-z]+>", text)
         return [self.index.get(piece, self.index.get(piece.strip(), self.unk_token_id)) for piece in pieces]
 
+    def unknown_words(self, text: str) -> list[str]:
+        """The words of `text` outside the vocabulary (each encodes as `<unk>`), in order, once each."""
+        pieces = re.findall(r" ?[A-Za-z0-9_]+| ?[^\sA-Za-z0-9_]|<[a-z]+>", text)
+        unknown = [p.strip() for p in pieces if p not in self.index and p.strip() not in self.index]
+        return list(dict.fromkeys(unknown))
+
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         pieces = []
         for i in ids:

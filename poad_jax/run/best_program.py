@@ -201,8 +201,12 @@ def summary_lines(best: BestProgram | None, workdir: pathlib.Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poad_jax.best_program",
-                                     description="Re-score a run's best program on its dataset's five splits.")
+    parser = argparse.ArgumentParser(
+        prog="python -m poad_jax.best_program", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Re-scores the best program a DataSciCoding run kept (best_program.py in its run\n"
+                    "directory) on its dataset's five splits, in the sandbox, and prints the recorded and\n"
+                    "the new ROC AUCs.",
+        epilog="example:\n  python -m poad_jax.best_program --workdir=runs/datasci-poad-20261124-230041")
     parser.add_argument("--workdir", required=True, help="run directory written by poad_jax.train")
     args = parser.parse_args(argv)
     try:

@@ -17,7 +17,9 @@ import logging
 import os
 import pathlib
 import shlex
+import signal
 import sys
+import textwrap
 from typing import Any
 
 import jax
@@ -83,11 +85,13 @@ def continue_command(argv: list[str], workdir: pathlib.Path, total_env_steps: in
 
 
 def continue_lines(config: ml_collections.ConfigDict, result: RunResult, argv: list[str] | None = None) -> list[str]:
-    """How to go on: a finished run trains further with more env steps (twice as many here), a run
-    stopped early resumes; shown as the full command when `argv` (the command that ran) is known."""
+    """How to go on: a finished run trains further with more env steps (twice the env steps it has
+    run: a run resumed with a smaller total may already be past it), a run stopped early resumes; shown as
+    the full command when `argv` (the command that ran) is known."""
     if not result.records:
         return []
-    more = 2 * int(config.total_env_steps) if result.finished else int(config.total_env_steps)
+    ran = int(result.records[-1].get("env_steps") or 0)
+    more = 2 * ran if result.finished else int(config.total_env_steps)
     what = "to continue training" if result.finished else "to finish the run"
     update = result.records[-1]["update"]
     if argv is None:
@@ -158,12 +162,13 @@ def _quiet_interrupts_in_orbax_logs() -> None:
 
 
 def main(config: ml_collections.ConfigDict, workdir: pathlib.Path, compilation_cache: bool = True,
-         show_progress: bool = True, argv: list[str] | None = None) -> int:
+         show_progress: bool = True, argv: list[str] | None = None, command: bool = False) -> int:
     """Runs the training command; returns the exit status (0, 2 for a user mistake, 130 for Ctrl-C).
 
     `compilation_cache=False` leaves JAX's process-wide cache setting alone
     (tests); the cache directory is checked either way.  `argv`, the
-    command line, lets the summary print the command that continues the run.
+    command line, lets the summary print the command that continues the run.  `command`: this
+    process is the command (`cli`), whose Ctrl-C after the run is one line and an immediate exit.
     """
     absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
     _quiet_interrupts_in_orbax_logs()
@@ -179,6 +184,8 @@ def main(config: ml_collections.ConfigDict, workdir: pathlib.Path, compilation_c
         checkpoint_lib.remove_unfinished_saves(workdir / "checkpoints")
         print(f"\n{interrupted_line(workdir)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if command:  # the run is saved: a Ctrl-C from here on (the summary, the exit) is one line, nothing lost
+        exit_quietly_on_interrupt(f"interrupted after the run ended; {result.workdir} holds all of it")
     primary = hosts.is_primary()
     if jax.process_count() > 1:
         jax.distributed.shutdown()  # a barrier: no process leaves while another still needs it
@@ -215,8 +222,47 @@ def unknown_override(config: ml_collections.ConfigDict, argv: list[str]) -> str 
     return None
 
 
+HELP = """\
+usage: python -m poad_jax.train --config=FILE[:ARGUMENT] [--workdir=DIR] [--config.FIELD=VALUE ...]
+
+Trains a language agent with POAD, NTPO or TWOSOME (PPO on a LoRA adapter)
+and ends with a summary and the command that trains the same run further.
+Re-running the same command with the same --workdir resumes the run.
+
+options:
+  -h, --help             show this help message and exit
+  --config=FILE          config file (required): a Python file whose get_config() returns the
+                         settings; FILE:ARGUMENT passes ARGUMENT to get_config (the paper
+                         presets take the method: configs/virtualhome_paper.py:twosome)
+  --workdir=DIR          run directory (default ./runs/<name>-<method>-<timestamp>); give the
+                         same one again to resume
+  --config.FIELD=VALUE   override any setting, dotted (--config.method=ntpo,
+                         --config.ppo.actor_lr=1e-4, --config.env.name=toy/decisive_token);
+                         every field and its default: poad_jax/run/config.py
+
+{configs}
+
+examples:
+  python -m poad_jax.train --config=configs/toy.py     # one minute: a tiny random model on a toy task
+  python -m poad_jax.train --config=configs/datasci.py --config.method=ntpo --workdir=runs/ds
+"""
+
+
+def help_text() -> str:
+    """`--help`: what the command does, its flags, the config files at hand and examples."""
+    configs_dir = pathlib.Path(__file__).resolve().parents[2] / "configs"
+    names = sorted(p.name for p in configs_dir.glob("*.py")) if configs_dir.is_dir() else []
+    where = f" (in {os.path.relpath(configs_dir)})" if names else ""
+    listed = textwrap.fill(f"config files{where}: " + (", ".join(names) or "see the repository's configs/"),
+                           width=96, subsequent_indent="  ")
+    return HELP.format(configs=listed)
+
+
 def parse_command_line(argv: list[str]) -> tuple[ml_collections.ConfigDict, pathlib.Path]:
     """(config with overrides, workdir) from argv; exits with one line for any mistake."""
+    if any(arg in ("-h", "--help", "-help", "--helpfull", "--helpshort") for arg in argv[1:]):
+        print(help_text(), end="")
+        sys.exit(0)
     config_flags.DEFINE_config_file("config", None, "Path to a config file, e.g. configs/datasci.py.", lock_config=True)
     flags.DEFINE_string("workdir", "", "Run directory (default runs/<config>-<method>-<timestamp>); re-use to resume.")
     path = option_value(argv[1:], "config")
@@ -225,6 +271,8 @@ def parse_command_line(argv: list[str]) -> tuple[ml_collections.ConfigDict, path
     if split_config_argument(path)[0].is_file():
         try:
             base = load_config_file(path)
+        except config_lib.ConfigError as error:  # e.g. a preset file without its method argument
+            fail(str(error))
         except Exception as error:  # the user's config file itself fails to run
             fail(f"cannot load config file {path}: {type(error).__name__}: {error}")
         problem = unknown_override(base, argv[1:])
@@ -245,10 +293,27 @@ def parse_command_line(argv: list[str]) -> tuple[ml_collections.ConfigDict, path
     return config, pathlib.Path(workdir) if workdir else default_workdir(config)
 
 
+def exit_quietly_on_interrupt(line: str) -> None:
+    """From now on a Ctrl-C prints `line` and leaves at once with status 130: for the moments
+    outside the training loop's own handling (the summary, the interpreter's exit joining
+    Orbax's threads), where Python would print a traceback (and, during exit, still return 0)."""
+    def leave(signum, frame):
+        del signum, frame
+        print(f"\n{line}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(EXIT_INTERRUPTED)
+
+    signal.signal(signal.SIGINT, leave)
+
+
 def cli(argv: list[str] | None = None) -> None:
     argv = list(sys.argv if argv is None else argv)
-    config, workdir = parse_command_line(argv)
-    status = main(config, workdir, argv=argv)
+    try:
+        config, workdir = parse_command_line(argv)
+    except KeyboardInterrupt:
+        print("\ninterrupted before the run started; nothing was written", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    status = main(config, workdir, argv=argv, command=True)
     if status == EXIT_INTERRUPTED:
         # Ctrl-C during a background checkpoint save can leave one of Orbax's worker threads
         # waiting on an executor that was shut down ("cannot schedule new futures after

@@ -211,7 +211,7 @@ def default_config() -> ml_collections.ConfigDict:
     return config
 
 
-def set_authors_semantics(config: ml_collections.ConfigDict, preset: str, method: str,
+def set_authors_semantics(config: ml_collections.ConfigDict, preset: str, method: str | None,
                           method_settings: dict[str, dict[str, Any]]) -> ml_collections.ConfigDict:
     """`config` with the POAD authors' learner semantics (docs/adrl_parity.md) and
     `method`'s PPO settings from a preset's table `method_settings` (one place per
@@ -243,6 +243,9 @@ def split_config_argument(spec: str | pathlib.Path) -> tuple[pathlib.Path, str |
     argument), `(path, None)` for a plain path."""
     text = str(spec)
     head, sep, tail = text.rpartition(":")
+    if method is None:  # `--config=<preset>` without `:<method>`: never a silent default
+        raise ConfigError(f"{preset} holds one preset per method: name it, --config={preset}:<method> with "
+                          f"<method> one of {', '.join(method_settings)}")
     if sep and head.endswith(".py") and "/" not in tail:
         return pathlib.Path(head), tail
     return pathlib.Path(text), None

@@ -11,6 +11,7 @@ import json
 import math
 import numbers
 import pathlib
+import textwrap
 from typing import Any, Iterable
 
 EPISODE_WINDOW = 10  # episodes in the curves' rolling mean
@@ -151,6 +152,11 @@ def discounted_points(episodes: dict[str, list]) -> list[tuple[int, float]]:
     ]
 
 
+def panel_title(title: str, width: int = 44) -> str:
+    """`title` on lines of at most `width` characters (one panel of the 3 x 3 grid holds about 50)."""
+    return "\n".join(textwrap.wrap(title, width))
+
+
 def plot_curves(records: list[dict[str, Any]], path: str | pathlib.Path,
                 episodes: dict[str, list] | None = None, window: int = EPISODE_WINDOW) -> pathlib.Path | None:
     """Writes the run's curves against env steps to `path` (PNG).
@@ -190,7 +196,7 @@ def plot_curves(records: list[dict[str, Any]], path: str | pathlib.Path,
             if pairs:
                 xs, ys = zip(*pairs)
                 ax.plot(xs, ys, marker="o", markersize=4)
-        ax.set_title(title)
+        ax.set_title(panel_title(title), fontsize=10)  # wrapped: a long title must not run past its panel
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -27,6 +27,7 @@ import dataclasses
 import pathlib
 import resource
 import shutil
+import sys
 import time
 from typing import Any
 
@@ -113,6 +114,9 @@ def train(config: ml_collections.ConfigDict, workdir: pathlib.Path, built: Built
     update_fn, update_compiles, state = where.learner(built.graph, method, built.learner, built.params, seeds.learner)
     sampler = where.sampler(built.graph, built.frozen, built.params, rconfig.prompt_buckets)
     collector = RolloutCollector(envs, built.tokenizer, sampler, method, rconfig, seed=seeds.numpy)
+    warning = vocabulary_warning(built.tokenizer, collector.observations)
+    if warning and where.primary:
+        print(warning, file=sys.stderr, flush=True)
     where.own_threads(collector, int(config.num_threads), int(config.seed))
     checkpointer = checkpoint_lib.RunCheckpointer(workdir, int(config.keep_checkpoints))
     logger = run_logging.MetricsLogger(workdir, tensorboard=bool(config.tensorboard) and where.primary,
@@ -219,6 +223,29 @@ def build_envs(config: ml_collections.ConfigDict, num_envs: int | None = None,
         )
     except Exception as error:  # construction runs user-chosen kwargs and data files: say what failed
         raise TrainError(f"cannot build environment {config.env.name!r}: {best_lib.one_line(error)}") from None
+
+
+def vocabulary_warning(tokenizer, observations: list[envs_py.Observation]) -> str | None:
+    """One line when a tokenizer with a closed vocabulary (`tiny-random`'s word tokenizer) lacks words of
+    the actions the environment first offers: each becomes `<unk>`, and actions that differ only in
+    such words look the same to the model (the agent cannot tell them apart).  None otherwise (a real
+    tokenizer covers any text; a prompt word it lacks costs less, and the toy's own prompts have some)."""
+    if not hasattr(tokenizer, "unknown_words"):
+        return None
+    actions = list(dict.fromkeys(a for o in observations for a in o.actions))
+    unknown = list(dict.fromkeys(w for action in actions for w in tokenizer.unknown_words(action)))
+    if not unknown:
+        return None
+    same = []  # actions offered together that encode alike
+    for observation in observations:
+        encoded = [tuple(tokenizer.encode(a)) for a in observation.actions]
+        same += [a for a, e in zip(observation.actions, encoded) if encoded.count(e) > 1 and a not in same]
+    shown = ", ".join(repr(w) for w in unknown[:6]) + (", ..." if len(unknown) > 6 else "")
+    what = (f"actions {', '.join(repr(a) for a in same[:4])} look the same to the model" if same
+            else "the model reads them all as one word")
+    return (f"warning: the tiny-random model's {tokenizer.vocab_size}-token vocabulary lacks {len(unknown)} word(s) "
+            f"of this environment's actions ({shown}): each becomes <unk>, so {what}; use a real model "
+            f"(--config.model=smollm2-135m-instruct) or the words in poad_jax/models/tiny.py")
 
 
 class _NoBestProgram:

@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import pathlib
+import shlex
 import sys
+import time
 
 import jax
 import numpy as np
@@ -94,6 +96,24 @@ def format_table(results: list[EvalResult]) -> str:
     return "\n".join(lines)
 
 
+RESULTS_FILE = "evaluation.txt"
+
+
+def save_table(workdir: pathlib.Path, results: list[EvalResult], argv: list[str]) -> pathlib.Path | str:
+    """Writes the table, with the command and the time it ran, to `<workdir>/evaluation.txt` (replacing
+    an earlier evaluation's); returns its path, or why it could not be written (a read-only run)."""
+    path = workdir / RESULTS_FILE
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    text = f"# python -m poad_jax.evaluate {shlex.join(argv)}  ({when})\n{format_table(results)}\n"
+    try:
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_text(text)
+        temporary.replace(path)
+    except OSError as error:
+        return f"cannot save the table to {path}: {error.strerror or error}"
+    return path
+
+
 def unfinished_line(results: list[EvalResult], max_steps: int) -> str | None:
     """The error line for environments where no episode finished, else None."""
     empty = sorted({f"{r.env} ({r.mode})" for r in results if r.episodes == 0})
@@ -104,7 +124,14 @@ def unfinished_line(results: list[EvalResult], max_steps: int) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poad_jax.evaluate", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m poad_jax.evaluate", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Plays a run's trained actor: per environment, N episodes sampled as in training and N\n"
+                    "greedy; prints return and success per environment and mode, one row each, and saves\n"
+                    f"the table to <workdir>/{RESULTS_FILE}.",
+        epilog="examples:\n"
+               "  python -m poad_jax.evaluate --workdir=runs/toy-poad-20261125-120000 --episodes=20\n"
+               "  python -m poad_jax.evaluate --workdir=runs/vh --env=all-virtualhome --mode=greedy")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--env", action="append", help="environment name (repeatable); default: the run's env")
     parser.add_argument("--episodes", type=int, default=10)
@@ -132,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     modes = {"both": (False, True), "sampled": (False,), "greedy": (True,)}[args.mode]
     results = []
+    print(format_table([]), flush=True)  # the header, then each row as soon as its episodes are played
     for name in names:
         for greedy in modes:
             try:
@@ -141,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {error}", file=sys.stderr)
                 return 2
             print(format_table(results[-1:]).splitlines()[-1], flush=True)
-    print()
-    print(format_table(results))
+    saved = save_table(pathlib.Path(args.workdir), results, argv if argv is not None else sys.argv[1:])
+    print(f"saved: {saved}" if isinstance(saved, pathlib.Path) else f"warning: {saved}")
     problem = unfinished_line(results, args.max_steps)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

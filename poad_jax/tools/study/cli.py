@@ -7,7 +7,7 @@ A study file defines `get_study()` returning a dict (config fields are
 dotted paths, which ConfigDict keys cannot hold):
 
     name="gamma_w",                           # names the study (and its default workdir)
-    base_config="configs/synthetic.py",       # relative to the repository root or the study file
+    base_config="configs/synthetic.py",       # relative to the repository root, the study file or the cwd
     fixed={"total_env_steps": 4800},          # overrides applied to every cell
     axes={                                    # the grid: an ordered mapping axis -> values
         "variant": [                          # a value may be a dict of coupled overrides ...
@@ -22,8 +22,11 @@ dotted paths, which ConfigDict keys cannot hold):
             "theory": "poad_jax.tools.theory:save_or_take_optimum",
             "steps": {"succeeded": "runnable", "reward": "AUC"}},  # a table of succeeded steps per cell
 
-Each cell is an ordinary run directory of `poad_jax.train` (`<workdir>/cells/<cell>`),
-run as its own process, so checkpoints, metrics and resume are the trainer's.
+Each cell is an ordinary run directory of `poad_jax.train` (`<workdir>/cells/<cell>`, the
+workdir by default `./runs/studies/<name>`, relative to where the command runs), run as its own
+process in the caller's working directory with it first on PYTHONPATH (a config that imports
+the caller's own environment module works in the cells as it does for `train`), so
+checkpoints, metrics and resume are the trainer's.
 Re-running the same command skips finished cells and resumes the others; a
 `kill -9` of the runner kills its trainers with it (they lose at most the
 update in flight).  A finished cell whose trainer config equals a cell's
@@ -41,12 +44,20 @@ import sys
 
 from poad_jax.tools.study.report import publish, write_report
 from poad_jax.tools.study.scheduler import read_json, run_study
-from poad_jax.tools.study.spec import REPO, STUDY_FILE, StudyError, load_study
+from poad_jax.tools.study.spec import STUDY_FILE, StudyError, load_study
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poad_jax.study", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m poad_jax.study", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Runs a grid of training runs (cells) in their own processes, resumably, and writes a report:\n"
+                    "learning curves with seed bands and a table of final results (report.md, return.png, ...).\n"
+                    "Cells run in this directory, with it on PYTHONPATH (your own modules import).",
+        epilog="examples:\n"
+               "  python -m poad_jax.study --study=studies/gamma_w.py --workers=2   # re-run the same to resume\n"
+               "  python -m poad_jax.study --study=studies/gamma_w.py --report      # aggregate only\n"
+               "the study file's format: poad_jax/tools/study/cli.py; docs/guide.md has a small one")
     parser.add_argument("--study", required=True, help="study file, e.g. studies/gamma_w.py")
-    parser.add_argument("--workdir", default=None, help="default: runs/studies/<study name>")
+    parser.add_argument("--workdir", default=None, help="default: ./runs/studies/<study name>")
     parser.add_argument("--workers", type=int, default=1, help="cells trained at once (default 1)")
     parser.add_argument("--report", action="store_true", help="only aggregate what the cells have logged")
     parser.add_argument("--no-reuse", action="store_true", help="never reuse finished cells of sibling studies")
@@ -62,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.up_to is not None and args.up_to < 1:
             raise StudyError(f"--up-to must be >= 1 env step, got {args.up_to}")
         study = load_study(args.study)
-        workdir = pathlib.Path(args.workdir) if args.workdir else REPO / "runs" / "studies" / study.name
+        # Relative to where the command runs, as train's ./runs is.
+        workdir = pathlib.Path(args.workdir) if args.workdir else pathlib.Path("runs") / "studies" / study.name
         if args.report:
             if not (workdir / STUDY_FILE).exists():
                 raise StudyError(f"{workdir} holds no study yet: run it first (without --report)")

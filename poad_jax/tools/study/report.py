@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
-import os
 import pathlib
 import textwrap
 import warnings
@@ -536,7 +535,7 @@ def provenance(study: Study, workdir: pathlib.Path) -> str:
     if not machines:  # invocations from before study.json recorded their machine
         machines = [f"{this_machine()} (where this report was written: the invocations did not record theirs)"]
     dates = sorted(s["started"][:10] for s in sessions if s.get("started"))
-    command = f"python -m poad_jax.study --study={os.path.relpath(study.path, REPO)}"
+    command = f"python -m poad_jax.study --study={shown_path(study.path)}"
     cut = f", {cut_off} of them cut off (counted to their last minute)" if cut_off else ""
     when = (f"run {dates[0]}{' to ' + dates[-1] if len(set(dates)) > 1 else ''}; wall time {format_seconds(wall)} "
             f"over {len(sessions)} invocation(s){cut}, " if sessions else "no invocation recorded yet; ")
@@ -561,6 +560,17 @@ def publish(study: Study, workdir: pathlib.Path, directory: pathlib.Path) -> pat
     path = directory / f"{study.name}.md"
     path.write_text(text + "\n" + line + "\n")
     return path
+
+
+def shown_path(path: pathlib.Path) -> str:
+    """A study's file in a report: relative to the repository when inside it (the published
+    reports), else to the working directory when inside that (a user's own project), else absolute."""
+    for root in (REPO, pathlib.Path.cwd()):
+        try:
+            return path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            continue
+    return str(path)
 
 
 def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
@@ -590,7 +600,7 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
     if reference:
         header.append(reference_label)
     lines = [f"# Study `{study.name}`", "",
-             f"Base config `{os.path.relpath(study.base_config, REPO)}`; fixed: "
+             f"Base config `{shown_path(study.base_config)}`; fixed: "
              + (", ".join(f"`{k}={v}`" for k, v in study.fixed.items()) or "none") + ".",
              f"Final = mean over the updates in the last {fraction:.0%} of env steps, then mean ± sample std "
              f"over the finished seeds.", "",

@@ -236,6 +236,16 @@ def repo_commit() -> str:
     return described.stdout.strip() if described.returncode == 0 and described.stdout.strip() else "unknown"
 
 
+def cell_environment() -> tuple[pathlib.Path, dict[str, str]]:
+    """(working directory, environment) of every cell: the caller's, as if the caller had typed
+    `python -m poad_jax.train` there, with the caller's directory first on PYTHONPATH, so a config
+    or study file that imports the caller's own modules (an environment registered there) imports
+    them in the cell too, and relative paths mean what they meant to the caller."""
+    caller = pathlib.Path.cwd()
+    paths = [str(caller), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    return caller, dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)))
+
+
 def staged(cell: Cell, config: ml_collections.ConfigDict, up_to: int) -> Cell:
     """The cell trained only up to `up_to` env steps (at most its own total): a first pass."""
     return dataclasses.replace(cell, overrides={**cell.overrides,
@@ -258,6 +268,7 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
         cells = [staged(cell, configs[cell.name], up_to) for cell in cells]
         configs = {cell.name: cell_config(study, cell) for cell in cells}
         reuse = False
+    workdir = workdir.absolute()  # the cells' --workdir, whatever directory they run in
     check_workdir(study, workdir, cells)
     with study_lock_dir(workdir):
         prepare_workdir(study, workdir, cells)
@@ -322,6 +333,7 @@ def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: 
             f"elapsed {format_seconds(time.monotonic() - started)}{eta}")
 
     commit = repo_commit()
+    caller, env = cell_environment()
 
     def launch(cell: Cell) -> None:
         cell_dir = workdir / "cells" / cell.name
@@ -333,8 +345,7 @@ def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: 
             "commits": commits + ([commit] if commit not in commits else []),
         })
         log_file = open(cell_dir / "train.log", "a")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        process = subprocess.Popen(train_command(study, cell, cell_dir), cwd=REPO, stdout=log_file,
+        process = subprocess.Popen(train_command(study, cell, cell_dir), cwd=caller, stdout=log_file,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                    preexec_fn=_die_with_parent)
         running[cell.name] = (process, time.monotonic(), log_file)
