@@ -4,7 +4,7 @@ Default: POAD on balance_scale (fully offline) with the code model
 Qwen2.5-Coder-0.5B-Instruct (about 3 in 4 of its programs run before
 training), sized for a 2-core CPU: 2 updates of 8 threads x 1 step (16
 programs) with bfloat16 matmuls and 256 new tokens; measured 8 min 39 s
-from a fresh clone with empty caches (README, "The default job").
+from a fresh clone with empty caches (docs/performance.md, "The default job").
 configs/datasci_smollm2.py is a quick smoke run with SmolLM2-135M-Instruct;
 configs/datasci_qwen.py the preset of studies/datasci_qwen.py.  Paper scale
 (a GPU): --config.num_threads=4 --config.rollout_length=8 --config.total_env_steps=10000.
@@ -20,7 +20,7 @@ def get_config():
     config.env.name = "datasci/balance_scale"
     # Retry prompts quote the error and the previous code; these caps keep a
     # retry prompt under ~450 tokens (the learner's cost grows with it).
-    # allow_unsandboxed=True runs model-written code even without bubblewrap (unsafe; README).
+    # allow_unsandboxed=True runs model-written code even without bubblewrap (unsafe; docs/datasci.md).
     config.env.kwargs = dict(template="chat", max_attempts=5, timeout_s=30.0, error_chars=300, code_chars=1000,
                              allow_unsandboxed=False)
     config.env.vector_mode = "threads"  # a step waits on the sandbox subprocess
@@ -28,7 +28,7 @@ def get_config():
     config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/run/config.py; "float32" for exact matmuls
     # One generation call samples every thread's program at once, and on a CPU its time hardly grows
     # with the threads (decoding is memory-bound): 8 programs in one call took 110 s, where 4 x 4
-    # took four calls, 356 s, for 16 (README, "The default job").
+    # took four calls, 356 s, for 16 (docs/performance.md, "The default job").
     config.num_threads = 8
     config.rollout_length = 1  # the paper: 8
     config.total_env_steps = 16  # CPU default; the paper ran 10k env steps

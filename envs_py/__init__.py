@@ -18,6 +18,7 @@ from envs_py.base import (
     observation_digest,
     register,
     registry,
+    spec,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "observation_digest",
     "register",
     "registry",
+    "spec",
 ]

@@ -130,6 +130,15 @@ def registry() -> dict[str, str]:
     return {name: spec.description for name, spec in sorted(_REGISTRY.items())}
 
 
+def spec(name: str) -> EnvSpec:
+    """The registration of `name` (its entry point and default kwargs); UnknownEnvError if none."""
+    _load_families()
+    if name not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY)) or "(none)"
+        raise UnknownEnvError(f"unknown environment {name!r}; known: {known}")
+    return _REGISTRY[name]
+
+
 def make(name: str, **kwargs: Any) -> TextEnv:
     """Builds the environment registered as `name`; kwargs override defaults."""
     _load_families()

@@ -9,8 +9,25 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
+import textwrap
 
 import poad_jax.bench as bench_package
+
+
+HELP = """\
+usage: python -m poad_jax.bench NAME [--flag=value ...]
+
+Runs one benchmark: it prints a table and, as its last line, one JSON object
+{{"bench": NAME, ...}}. `python -m poad_jax.bench NAME --help` lists its flags;
+docs/performance.md has every figure and the command that made it.
+
+benchmarks:
+{names}
+
+examples:
+  python -m poad_jax.bench backups                  # the BAD/GAE scan against a NumPy loop
+  python -m poad_jax.bench e2e --config=configs/toy.py --updates=2
+"""
 
 
 def available() -> list[str]:
@@ -24,7 +41,8 @@ def available() -> list[str]:
 def main(argv: list[str]) -> int:
     names = available()
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m poad_jax.bench <name> [args]\nbenchmarks: " + ", ".join(names))
+        print(HELP.format(names=textwrap.fill(", ".join(names), width=92, initial_indent="  ",
+                                              subsequent_indent="  ")), end="")
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in names:

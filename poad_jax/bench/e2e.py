@@ -184,7 +184,7 @@ def roofline(records: list[dict], matmul_gflops: float) -> dict | None:
 
 
 def main(argv: list[str]) -> int:
-    values = parse_or_report(parse, argv)
+    values = parse_or_report(parse, argv, __doc__)
     if values is None:
         return 2
     if values.versus:

@@ -72,7 +72,7 @@ def summary(gaps: np.ndarray) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    values = parse_or_report(parse, argv)
+    values = parse_or_report(parse, argv, __doc__)
     if values is None:
         return 2
     import jax

@@ -1,6 +1,8 @@
 """A run directory's identity and files: `config.json` (what the checkpoints mean),
 `config_changes.jsonl` (the resumable changes made since), `finished.json`
-(the run reached its total), and the checks made before anything is written.
+(the run reached its total), `environment.json` (where an environment registered
+outside `envs_py` comes from, so that `evaluate` and `export` find it), and the
+checks made before anything is written.
 
 A re-run with the same `--workdir` resumes.  The directory's `config.json`
 is its identity: a re-run that changes what the checkpoints mean (method,
@@ -12,6 +14,7 @@ checkpointing, logging, remat, the mesh, ...) may change and are recorded in
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -21,6 +24,7 @@ from typing import Any
 
 import ml_collections
 
+import envs_py
 from poad_jax.run import checkpoint as checkpoint_lib
 from poad_jax.run import config as config_lib
 from poad_jax.run.best_program import PROGRAM_FILE, RECORD_FILE, one_line, write_atomically
@@ -30,6 +34,7 @@ TrainError = config_lib.ConfigError
 CONFIG_FILE = "config.json"
 CHANGES_FILE = "config_changes.jsonl"
 FINISHED_FILE = "finished.json"
+ENVIRONMENT_FILE = "environment.json"
 
 
 def config_as_json(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -144,6 +149,28 @@ def write_config(workdir: pathlib.Path, config: ml_collections.ConfigDict, chang
         with open(workdir / CHANGES_FILE, "a") as f:
             f.write(json.dumps(entry) + "\n")
     write_atomically(workdir / CONFIG_FILE, config.to_json_best_effort(indent=2) + "\n")
+    registered = envs_py.spec(str(config.env.name))
+    if not registered.entry_point.startswith("envs_py."):  # the user's own: the next process must import it
+        write_atomically(workdir / ENVIRONMENT_FILE, json.dumps(dataclasses.asdict(registered), indent=2) + "\n")
+
+
+def register_recorded_environment(workdir: pathlib.Path, name: str) -> None:
+    """Registers the run's own environment (`environment.json`) in this process, as the config file
+    that trained it did; TrainError (one line) if its module does not import from here."""
+    if name in envs_py.registry() or not (workdir / ENVIRONMENT_FILE).exists():
+        return
+    try:
+        recorded = json.loads((workdir / ENVIRONMENT_FILE).read_text())
+        envs_py.register(recorded["name"], recorded["entry_point"], recorded["description"],
+                         **recorded.get("kwargs", {}))
+        envs_py.spec(name).resolve()
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise TrainError(f"{workdir / ENVIRONMENT_FILE} is unreadable ({one_line(error)})") from None
+    except ImportError as error:
+        module = recorded["entry_point"].partition(":")[0]
+        raise TrainError(f"environment {name!r} comes from module {module!r}, which does not import here "
+                         f"({one_line(error)}): run from the directory that holds it, or add that directory to "
+                         "PYTHONPATH") from None
 
 def clear_stale_outputs(workdir: pathlib.Path) -> None:
     """Removes a checkpoint-less directory's outputs of another configuration."""

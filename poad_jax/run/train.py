@@ -14,8 +14,8 @@ Writes to the workdir: `config.json`, `metrics.jsonl`, `tensorboard/`,
 Nothing is written to the run directory before the configuration, the
 directory, the model and the environment have been checked.
 
-Several processes (one per host, `config.distributed`; README "Several
-hosts"): every process runs this same loop and issues the same compiled
+Several processes (one per host, `config.distributed`; docs/distributed.md,
+"Several hosts"): every process runs this same loop and issues the same compiled
 calls; each steps its share of the threads (`build.Placement`), the batch is
 assembled from every process's rows, and process 0 alone writes the files
 above (Orbax checkpoints are saved and restored by all).

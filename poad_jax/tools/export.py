@@ -30,6 +30,7 @@ from poad_jax.agent.learner import init_train_state
 from poad_jax.core.policy import merge_model
 from poad_jax.models.loading import EMBEDDED_MODELS, embedded_model_directory
 from poad_jax.run import checkpoint as checkpoint_lib
+from poad_jax.run import rundir
 from poad_jax.run.build import TrainError, build
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -82,6 +83,7 @@ def load_trained_actor(workdir: pathlib.Path):
     if not checkpoint_lib.checkpoint_steps(workdir):
         raise ExportError(f"{workdir} has no checkpoint yet")
     try:
+        rundir.register_recorded_environment(workdir, str(config.env.name))  # a user's own environment
         built = build(config)
     except TrainError as error:
         raise ExportError(str(error)) from None
