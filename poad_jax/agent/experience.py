@@ -63,6 +63,8 @@ def pack_batch(
     arrays.update(rewards=rewards, dones=dones)
     if config.behaviour_logprobs == "sampler":
         arrays["sampler_logprobs"] = pack_sampler_logprobs(rows, arrays["action_mask"].shape[-1])
+    if config.pack_behaviour and method.token_level:
+        arrays["behaviour_logprobs"] = pack_token_logprobs(rows, arrays["action_mask"].shape[-1], "behaviour_logprobs")
     next_arrays = pack_rows(next_prompts, [[pad_id]] * num_threads, prompt_len, 1, pad_id)
     return arrays, next_arrays
 
@@ -73,12 +75,26 @@ def pack_sampler_logprobs(rows: list[StepRecord], action_len: int) -> np.ndarray
     Raises ValueError for a row the sampler did not decode token by token (TWOSOME's candidate
     scores, `restricted_sampling="action_scores"`): its old log-probs must be recomputed.
     """
+    return pack_token_logprobs(rows, action_len, "sampler_logprobs")
+
+
+_MISSING_LOGPROBS = {
+    "sampler_logprobs": "behaviour_logprobs='sampler' needs actions decoded token by token (poad or ntpo, "
+                        "trie or free-form sampling)",
+    "behaviour_logprobs": "ppo.behaviour_correction='importance' needs restricted actions drawn by poad or ntpo "
+                          "(trie or action scores)",
+}
+
+
+def pack_token_logprobs(rows: list[StepRecord], action_len: int, field: str) -> np.ndarray:
+    """`[N, A]` float32: each row's per-action-token log-probs `row.<field>`, 0 after them;
+    ValueError naming the option for a row that has none."""
     packed = np.zeros((len(rows), action_len), np.float32)
     for n, row in enumerate(rows):
-        if row.sampler_logprobs is None or len(row.sampler_logprobs) != len(row.action_tokens):
-            raise ValueError(f"row {n} has no sampler log-prob for each action token: behaviour_logprobs='sampler' "
-                             "needs actions decoded token by token (poad or ntpo, trie or free-form sampling)")
-        packed[n, :len(row.sampler_logprobs)] = row.sampler_logprobs
+        values = getattr(row, field)
+        if values is None or len(values) != len(row.action_tokens):
+            raise ValueError(f"row {n} has no {field[:-1]} for each action token: {_MISSING_LOGPROBS[field]}")
+        packed[n, :len(values)] = values
     return packed
 
 

@@ -70,6 +70,11 @@ class LearnerConfig:
     kl_skip: str  # "update" (a KL skip keeps actor and critic) | "actor" (the critic steps anyway)
     advantage_normalization: str  # "valid" | "adrl"
     loss_chunks: int  # policy loss, entropy and KL: the mean of this many row chunks' token means
+    # Issue 40's options (run/config.py says what each means):
+    lambda_scope: str  # "token" (lam at every token) | "action" (lam at an action's last token, 1 inside)
+    entropy_scope: str  # "policy" (the log-probs' distribution) | "offered" (over the offered continuations)
+    behaviour_correction: str  # "none" | "importance" (weights min(clip, pi_old / mu) on the surrogate)
+    importance_weight_clip: float
 
 
 def check_batch_rows(num_rows: int, config: LearnerConfig) -> None:
@@ -127,13 +132,16 @@ def compute_advantages(batch: TokenBatch, method: Method, config: LearnerConfig)
     Token level: `[N, A]`; action level: `[N]`.
     """
     streams = method.scheme.streams(batch, config.gamma)
+    lam = config.lam
+    if config.lambda_scope == "action" and method.token_level:
+        lam = gae.action_lambdas(streams["action_end"], config.lam)
     advantages, returns = gae.token_gae(
         streams["rewards"],
         streams["values"],
         streams["discounts"],
         streams["valid"],
         batch.bootstrap_value,
-        config.lam,
+        lam,
     )
     shape = batch.old_values.shape
     return advantages.reshape(shape), returns.reshape(shape)
@@ -154,14 +162,33 @@ def policy_outputs(
     candidates of their summed token log-probs divided by the normaliser,
     per action `[n]`) and the critic's input; the value head is shared.
     """
+    logprobs, entropy, _, values, mask = policy_and_value_terms(graph, frozen, params, batch, method, config)
+    return logprobs, entropy, values, mask
+
+
+def policy_and_value_terms(graph: PolicyGraph, frozen: FrozenBase, params: dict[str, Any], batch: TokenBatch,
+                           method: Method, config: LearnerConfig):
+    """`policy_outputs` with the entropies over each support the scheme has
+    (`{"entropy_vocabulary", "entropy_offered"}` at the token level, for the logs):
+    (logprobs, entropy, entropies, values, mask)."""
     scheme = method.scheme
-    logprobs, entropy = scheme.policy(graph, frozen, params["actor"], batch, config.temperature)
+    logprobs, entropy, entropies = scheme.policy_terms(graph, frozen, params["actor"], batch, config.temperature)
     if config.critic_kind == "lora":
         features = scheme.critic_features(graph, frozen, params["critic_lora"], batch, use_lora=True)
     else:
         features = batch.features
     values = head_values(graph, params["head"], features)
-    return logprobs, entropy, values, scheme.valid(batch)
+    return logprobs, entropy, entropies, values, scheme.valid(batch)
+
+
+def importance_weights(old_logprobs: jax.Array, behaviour_logprobs: jax.Array, clip: float) -> jax.Array:
+    """Truncated importance weights of tokens drawn from mu for the optimised policy pi_old:
+
+        rho_j = min(clip, pi_old(w_j) / mu(w_j)) = min(clip, exp(log pi_old - log mu))
+
+    (constants of the update: the surrogate's gradient flows through its ratio
+    pi / pi_old only, as in PPO with a behaviour policy apart from the proximal one)."""
+    return jnp.minimum(jnp.exp(old_logprobs - behaviour_logprobs), clip)
 
 
 def _take_rows(tree, index):
@@ -243,21 +270,29 @@ def build_update(
         """The minibatch's loss as weighted sums: `policy_weights` (the policy, entropy
         and KL terms) and `value_weights` (the value term) hold this micro-batch's
         share of the minibatch's means (`minibatch_weights`)."""
-        logprobs, entropy, values, _ = policy_outputs(graph, frozen, params, mb, method, config)
+        logprobs, entropy, entropies, values, _ = policy_and_value_terms(graph, frozen, params, mb, method, config)
+        if config.entropy_scope == "offered":
+            entropy = entropies["entropy_offered"]
         total = lambda x, w: jnp.sum(x * w)
-        policy_loss = total(losses.clipped_surrogate(logprobs, mb.old_logprobs, advantages, config.clip_eps),
-                            policy_weights)
+        surrogate = losses.clipped_surrogate(logprobs, mb.old_logprobs, advantages, config.clip_eps)
+        stats = {}
+        if config.behaviour_correction == "importance":
+            weights = importance_weights(mb.old_logprobs, mb.behaviour_logprobs, config.importance_weight_clip)
+            surrogate = surrogate * weights
+            stats["importance_weight"] = total(weights, policy_weights)
+        policy_loss = total(surrogate, policy_weights)
         value_loss = total(losses.clipped_value_error(values, mb.old_values, returns, config.value_clip_eps),
                            value_weights)
         entropy_mean = total(entropy, policy_weights)
         loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy_mean
-        stats = {
+        stats.update({
             "policy_loss": policy_loss,
             "value_loss": value_loss,
             "entropy": entropy_mean,
             "approx_kl": total(losses.k3_kl(logprobs, mb.old_logprobs), policy_weights),
             "clip_fraction": total(losses.outside_clip(logprobs, mb.old_logprobs, config.clip_eps), policy_weights),
-        }
+        })
+        stats.update({name: total(value, policy_weights) for name, value in entropies.items()})
         return loss, stats
 
     grad_fn = jax.value_and_grad(minibatch_loss, has_aux=True)
@@ -287,7 +322,10 @@ def build_update(
             acc = jax.tree.map(jnp.add, acc, (loss, stats, grads))
             return acc, None
 
-        zeros = jax.tree.map(jnp.zeros_like, (jnp.zeros(()), _stats_template(), state.params))
+        first = lambda tree: _take_group_rows(tree, micro_index[0])
+        shapes = jax.eval_shape(grad_fn, state.params, frozen, first(mb), first(mb_adv), first(mb_ret),
+                                first(policy_weights), first(value_weights))  # the stats' keys, derived
+        zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), (shapes[0][0], shapes[0][1], shapes[1]))
         (loss, stats, grads), _ = jax.lax.scan(accumulate, zeros, micro_index)
 
         actor_grads = grads["actor"]
@@ -351,6 +389,8 @@ def build_update(
         metrics["explained_variance"] = losses.explained_variance(batch.old_values, returns, value_mask)
         metrics["advantage_mean"] = losses.masked_mean(advantages, value_mask)
         metrics["return_mean"] = losses.masked_mean(returns, value_mask)
+        if batch.behaviour_logprobs is not None:  # how far the sampled distribution is from pi_old
+            metrics.update(behaviour_divergence(batch.behaviour_logprobs, batch.old_logprobs, value_mask))
         state = dataclasses.replace(state, update_step=state.update_step + 1)
         if recorded is not None:
             metrics["minibatches"] = recorded
@@ -379,6 +419,13 @@ def normalized_advantages(advantages: jax.Array, mask: jax.Array, token_level: b
     return normalized.reshape(advantages.shape)
 
 
-def _stats_template() -> dict[str, jax.Array]:
-    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-    return {name: jnp.zeros(()) for name in names}
+def behaviour_divergence(behaviour_logprobs: jax.Array, old_logprobs: jax.Array, mask: jax.Array) -> dict:
+    """How far the distribution mu the tokens were drawn from is from the optimised pi_old, on
+    the tokens drawn (a sample estimate of KL(mu || pi_old)):
+
+        behaviour_kl_token  = mean over tokens  of log mu(w_j) - log pi_old(w_j)
+        behaviour_kl_action = mean over actions of sum_j (log mu(w_j) - log pi_old(w_j))
+    """
+    gap = jnp.where(mask, behaviour_logprobs - old_logprobs, 0.0)
+    actions = jnp.maximum(jnp.sum(jnp.any(mask, axis=-1)), 1)
+    return {"behaviour_kl_token": losses.masked_mean(gap, mask), "behaviour_kl_action": jnp.sum(gap) / actions}

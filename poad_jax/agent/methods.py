@@ -48,7 +48,7 @@ from poad_jax.core.policy import (
     FrozenBase,
     PolicyGraph,
     action_level_log_policy,
-    action_logprobs,
+    action_policy_terms,
     base_features,
     candidate_token_logprobs,
 )
@@ -62,9 +62,19 @@ class TokenLevel:
 
     Attributes:
       gamma_w: the discount between two tokens of one action.
+      offered_continuations: restricted actions drawn from the action scores
+        (`restricted_sampling="action_scores"`) also pack the trie's offered
+        continuations, for an entropy (`ppo.entropy_scope="offered"`) or
+        log-probs (`ppo.behaviour_correction="importance"`) over them; trie
+        sampling always packs them.
+      vocabulary_logprobs: the log-probs stay those of the full-vocabulary
+        softmax where the offered continuations are packed (the paper code's
+        optimisation, with only the entropy over the offered set).
     """
 
     gamma_w: float = 1.0
+    offered_continuations: bool = False
+    vocabulary_logprobs: bool = False
     token_level = True  # class attribute (for readers and notebooks), not a field
     scores_candidates = False  # restricted actions are sampled token by token (trie)
 
@@ -73,7 +83,8 @@ class TokenLevel:
         trie-sampled restricted actions, the trie's allowed tokens `[N, A, M]`."""
         action_len = bucket_size(max(len(r.action_tokens) for r in rows), config.action_buckets)
         arrays = pack_rows([r.prompt for r in rows], [r.action_tokens for r in rows], prompt_len, action_len, pad_id)
-        constrained = rows[0].candidates is not None and config.restricted_sampling == "trie"
+        constrained = rows[0].candidates is not None and (
+            config.restricted_sampling == "trie" or self.offered_continuations)
         width = bucket_size(max(len(r.candidates) for r in rows), COUNT_BUCKETS) if constrained else 1
         allowed_tokens = np.zeros((len(rows), action_len, width), np.int32)
         allowed_mask = np.zeros((len(rows), action_len, width), bool)
@@ -100,10 +111,21 @@ class TokenLevel:
 
     def policy(self, graph: PolicyGraph, frozen: FrozenBase, actor_lora, batch, temperature: float):
         """(log pi(w_j), entropy) `[N, A]` of softmax(logits / T), trie-restricted where constrained."""
-        return action_logprobs(
+        logprobs, entropy, _ = self.policy_terms(graph, frozen, actor_lora, batch, temperature)
+        return logprobs, entropy
+
+    def policy_terms(self, graph: PolicyGraph, frozen: FrozenBase, actor_lora, batch, temperature: float):
+        """(log pi(w_j), entropy, {"entropy_vocabulary", "entropy_offered"}) `[N, A]` of
+        softmax(logits / T): the log-probs and the entropy over the offered continuations
+        where they are packed (over the full vocabulary elsewhere), except that
+        `vocabulary_logprobs` keeps the log-probs over the full vocabulary."""
+        terms = action_policy_terms(
             graph, frozen, actor_lora, batch.tokens, batch.positions, batch.key_mask, batch.prompt_len,
             temperature, batch.allowed_tokens, batch.allowed_mask,
         )
+        logprobs = terms.logprobs_vocabulary if self.vocabulary_logprobs else terms.logprobs_offered
+        entropies = {"entropy_vocabulary": terms.entropy_vocabulary, "entropy_offered": terms.entropy_offered}
+        return logprobs, terms.entropy_offered, entropies
 
     def passes(self, tokens_shape, action_len: int) -> SchemePasses:
         """The decoder passes `policy` and `critic_features` run over a batch `[N, P + A]`:
@@ -190,6 +212,12 @@ class ActionLevel:
         entropy = -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)
         return logprobs, entropy
 
+    def policy_terms(self, graph: PolicyGraph, frozen: FrozenBase, actor_lora, batch, temperature: float):
+        """(log pi(chosen action), entropy, {"entropy_offered"}) `[N]`: the entropy is
+        over the offered actions already (the only one TWOSOME has)."""
+        logprobs, entropy = self.policy(graph, frozen, actor_lora, batch, temperature)
+        return logprobs, entropy, {"entropy_offered": entropy}
+
     def passes(self, tokens_shape, action_len: int) -> SchemePasses:
         """The decoder passes `policy` and `critic_features` run over a batch `[N, K, P + A]`.
         Policy, prompt shared: `flops.shared_prompt_pass`; per candidate: N K rows of P + A with
@@ -261,14 +289,17 @@ class Method:
         return getattr(self.scheme, "share_prompt", True)
 
 
-def make_method(name: str, gamma: float, gamma_w: float | None = None, share_prompt: bool = True) -> Method:
+def make_method(name: str, gamma: float, gamma_w: float | None = None, share_prompt: bool = True,
+                offered_continuations: bool = False, vocabulary_logprobs: bool = False) -> Method:
     """The method `name`; `gamma_w` overrides NTPO's intra-action discount (default gamma)
     and TWOSOME's per-token discount of an action (default 1; POAD's is always 1).
-    `share_prompt=False` gives TWOSOME's per-candidate computation (`ActionLevel`)."""
+    `share_prompt=False` gives TWOSOME's per-candidate computation (`ActionLevel`);
+    `offered_continuations` and `vocabulary_logprobs` are POAD's and NTPO's (`TokenLevel`)."""
+    token_options = dict(offered_continuations=offered_continuations, vocabulary_logprobs=vocabulary_logprobs)
     if name == "poad":
-        return Method("poad", TokenLevel(gamma_w=1.0))
+        return Method("poad", TokenLevel(gamma_w=1.0, **token_options))
     if name == "ntpo":
-        return Method("ntpo", TokenLevel(gamma_w=gamma if gamma_w is None else gamma_w))
+        return Method("ntpo", TokenLevel(gamma_w=gamma if gamma_w is None else gamma_w, **token_options))
     if name == "twosome":
         return Method("twosome", ActionLevel(gamma_w=1.0 if gamma_w is None else gamma_w, share_prompt=share_prompt))
     raise UnknownMethodError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}")

@@ -59,6 +59,11 @@ class RolloutConfig:
     # "sampler": `pack_batch` also packs the records' `sampler_logprobs`, which the behaviour
     # pass then takes as PPO's old log-probs instead of recomputing them ("recompute").
     behaviour_logprobs: str
+    # > 0: trie sampling draws at this temperature (exploration) instead of `sampling.temperature`.
+    trie_explore_temperature: float
+    # `pack_batch` packs each action token's log-prob under the distribution it was drawn from
+    # (`StepRecord.behaviour_logprobs`) for the learner's importance correction.
+    pack_behaviour: bool
     prompt_buckets: tuple[int, ...] = PROMPT_BUCKETS
     action_buckets: tuple[int, ...] = ACTION_BUCKETS
 
@@ -76,6 +81,11 @@ class StepRecord:
     # the behaviour pass's full forward (`bench logprob_gap`); None where the action was not sampled
     # token by token (TWOSOME's candidate scores) or is a stand-in (an empty generation's EOS).
     sampler_logprobs: list[float] | None = None
+    # log mu(w_j | o, w^{<j}) of each action token under the distribution the action was drawn
+    # from: the trie sampler's (at its temperature), or, for actions drawn from the action
+    # scores, the scores' softmax marginalised onto the token prefix (`prefix_token_logprobs`).
+    # None for free-form actions and TWOSOME.
+    behaviour_logprobs: list[float] | None = None
 
 
 class PromptRenderer:
@@ -190,19 +200,22 @@ class RolloutCollector:
                     choice = int(np.argmax(probs))
                 else:
                     choice = int(self.np_rng.choice(len(cands), p=probs / probs.sum()))
-                records.append(
-                    StepRecord(prompt, cands[choice], 0.0, False, cands, list(obs.actions), choice)
-                )
+                record = StepRecord(prompt, cands[choice], 0.0, False, cands, list(obs.actions), choice)
+                if not self.method.scheme.scores_candidates:
+                    record.behaviour_logprobs = prefix_token_logprobs(cands, probs / probs.sum(), choice)
+                records.append(record)
             return records
+        explore = float(self.config.trie_explore_temperature)
         generation = self.sampler.generate_constrained(
-            prompts, candidates, rng, temperature=self.config.sampling.temperature
+            prompts, candidates, rng, temperature=explore if explore > 0 else self.config.sampling.temperature
         )
         for prompt, cands, obs, index, logprobs in zip(prompts, candidates, observations, generation.action_index,
                                                        generation.logprobs):
             index = int(index)
             # The trie's end-of-action token, when one was decoded, is not among the action's tokens.
             sampled = [float(v) for v in logprobs[:len(cands[index])]]
-            records.append(StepRecord(prompt, cands[index], 0.0, False, cands, list(obs.actions), index, sampled))
+            records.append(StepRecord(prompt, cands[index], 0.0, False, cands, list(obs.actions), index, sampled,
+                                      behaviour_logprobs=sampled))
         return records
 
     def _action_text(self, record: StepRecord) -> str:
@@ -245,6 +258,25 @@ class RolloutCollector:
                 on_step(self.total_threads)
         next_prompts = [self.render(obs) for obs in self.observations]
         return steps, next_prompts
+
+
+def prefix_token_logprobs(candidates: list[list[int]], probs: np.ndarray, chosen: int) -> list[float]:
+    """log mu(w_j | w^{<j}) of each token of candidate `chosen` when a whole candidate is drawn
+    from `probs` (the action scores' softmax), marginalised onto token prefixes:
+
+        mu(w_j | w^{<j}) = M(w^{<=j}) / M(w^{<j}),   M(p) = sum of probs[k] over candidates k that start with p
+
+    (identical candidates add up; the end of an action that is a prefix of another is not a token).
+    """
+    action = candidates[chosen]
+    probs = np.asarray(probs, np.float64)
+    logprobs, mass = [], 1.0
+    for j in range(len(action)):
+        prefix = action[: j + 1]
+        next_mass = float(sum(p for k, p in enumerate(probs) if candidates[k][: j + 1] == prefix))
+        logprobs.append(float(np.log(next_mass) - np.log(mass)) if next_mass > 0 else float("-inf"))
+        mass = next_mass
+    return logprobs
 
 
 def actions_cut_off(steps: list[list[StepRecord]], config: RolloutConfig) -> int:

@@ -35,8 +35,6 @@ Token-level GAE over a stream with per-token discount ``d_j``::
 
 from __future__ import annotations
 
-from __future__ import annotations
-
 import chex
 import jax
 import jax.numpy as jnp
@@ -81,6 +79,34 @@ def action_discounts(action_end: chex.Array, done: chex.Array, gamma, gamma_w=1.
     return jnp.where(is_end, at_end, inside)
 
 
+def action_lambdas(action_end: chex.Array, lam) -> chex.Array:
+    """Per-token GAE lambdas ``[B, T]`` that apply lambda where gamma applies.
+
+        lam_j = lam   if token j ends an action
+        lam_j = 1     otherwise
+
+    With BAD's discounts (1 inside an action) `token_gae` then blends
+    n-step returns only across actions, never inside one, and
+
+        A_t^1 = A_t                    (action-level GAE with V(o_t) = V_t^1)
+        A_t^j = A_t^1 + V_t^1 - V_t^j  (that estimate minus the prefix's value)
+
+    (tests/test_backups.py proves both), where a per-token lambda makes each
+    token's advantage lean on the values of the prefixes after it inside its
+    own action (`ppo.lambda_scope`, docs/backups.md).
+
+    Args:
+      action_end: ``[B, T]`` bool/float, true at the last token of an action.
+      lam: the GAE lambda applied between actions.
+    Returns:
+      ``[B, T]`` float32.
+    """
+    chex.assert_rank(action_end, 2)
+    check_unit_interval("lam", lam)
+    is_end = jnp.asarray(action_end).astype(bool)
+    return jnp.where(is_end, jnp.asarray(lam, jnp.float32), 1.0)
+
+
 def _check_stream(rewards, values, discounts, valid, bootstrap_value) -> None:
     chex.assert_rank([rewards, values, discounts, valid, bootstrap_value], [2, 2, 2, 2, 1])
     chex.assert_equal_shape([rewards, values, discounts, valid])
@@ -94,7 +120,7 @@ def token_gae(rewards, values, discounts, valid, bootstrap_value, lam, *, unroll
     position (``V_next = bootstrap_value`` and ``A_next = 0`` past the last)::
 
         delta_j = r_j + d_j V_next(j) - V_j
-        A_j     = delta_j + d_j lam A_next(j)
+        A_j     = delta_j + d_j lam_j A_next(j)
         R_j     = A_j + V_j
 
     The carry is ``(V_next, A_next)``; an invalid (padding) position passes
@@ -108,7 +134,8 @@ def token_gae(rewards, values, discounts, valid, bootstrap_value, lam, *, unroll
       discounts: ``[B, T]`` from `action_discounts`.
       valid: ``[B, T]`` bool/float, false on padding.
       bootstrap_value: ``[B]`` value of the observation after the stream.
-      lam: GAE lambda.
+      lam: GAE lambda: a number, or ``[B, T]`` per-token lambdas
+        (`action_lambdas`).
       unroll: `lax.scan` unroll factor (speed only; same numbers).
     Returns:
       ``(advantages, returns)``, both ``[B, T]`` float32.
@@ -122,13 +149,21 @@ def token_gae(rewards, values, discounts, valid, bootstrap_value, lam, *, unroll
     rewards_tb, values_tb, discounts_tb, valid_tb = jax.lax.optimization_barrier(
         (as_f32(rewards).T, as_f32(values).T, as_f32(discounts).T, jnp.asarray(valid).astype(bool).T)
     )
-    lam = as_f32(lam)
+    per_token = jnp.ndim(lam) > 0
+    if per_token:
+        chex.assert_equal_shape([rewards, lam])
+        lambdas_tb = jax.lax.optimization_barrier(as_f32(lam).T)
+    else:
+        lam = as_f32(lam)
 
     def step(carry, x):
         next_value, next_advantage = carry
-        reward, value, discount, is_valid = x
+        if per_token:
+            reward, value, discount, is_valid, lam_j = x
+        else:
+            (reward, value, discount, is_valid), lam_j = x, lam
         delta = reward + discount * next_value - value
-        advantage = delta + discount * lam * next_advantage
+        advantage = delta + discount * lam_j * next_advantage
         carry = (
             jnp.where(is_valid, value, next_value),
             jnp.where(is_valid, advantage, next_advantage),
@@ -136,7 +171,7 @@ def token_gae(rewards, values, discounts, valid, bootstrap_value, lam, *, unroll
         return carry, jnp.where(is_valid, advantage, 0.0)
 
     init = (as_f32(bootstrap_value), jnp.zeros_like(as_f32(bootstrap_value)))
-    xs = (rewards_tb, values_tb, discounts_tb, valid_tb)
+    xs = (rewards_tb, values_tb, discounts_tb, valid_tb) + ((lambdas_tb,) if per_token else ())
     _, advantages_tb = jax.lax.scan(step, init, xs, reverse=True, unroll=unroll)
     returns_tb = jnp.where(valid_tb, advantages_tb + values_tb, 0.0)
     advantages_tb, returns_tb = jax.lax.optimization_barrier((advantages_tb, returns_tb))
@@ -185,6 +220,8 @@ def token_gae_parallel(rewards, values, discounts, valid, bootstrap_value, lam):
     is_valid = jnp.asarray(valid).astype(bool)
     next_value = next_valid_values(values, is_valid, bootstrap_value)
     delta = jnp.asarray(rewards, jnp.float32) + discounts * next_value - values
+    if jnp.ndim(lam) > 0:
+        chex.assert_equal_shape([rewards, lam])
     coefficient = jnp.where(is_valid, discounts * jnp.asarray(lam, jnp.float32), 1.0)
     offset = jnp.where(is_valid, delta, 0.0)
 

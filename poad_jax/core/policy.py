@@ -20,7 +20,7 @@ V(o, w^{<j}) reads the hidden state at the same column.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import chex
 import jax
@@ -117,23 +117,35 @@ def action_window(x: jax.Array, prompt_len: int, action_len: int) -> jax.Array:
     return jax.lax.slice_in_dim(x, prompt_len - 1, prompt_len - 1 + action_len, axis=1)
 
 
-def token_logprobs_and_entropy(
-    logits: jax.Array, tokens: jax.Array, allowed_tokens: jax.Array | None, allowed_mask: jax.Array | None
-) -> tuple[jax.Array, jax.Array]:
-    """log pi(token) and entropy of pi at each position, `logits [N, A, V]`.
+class TokenPolicyTerms(NamedTuple):
+    """Per action column `[N, A]`: the chosen token's log-prob and the entropy, each under
+    two distributions.  `offered`: the softmax restricted to the offered continuations where
+    a column is constrained (`allowed_mask` has a True), the full softmax elsewhere;
+    `vocabulary`: the full softmax everywhere."""
 
-    Unconstrained positions: pi = softmax(logits) over the full vocabulary.
-    Constrained positions (restricted action sets, trie decoding), where
-    `allowed_mask[n, j]` has any True: pi is the softmax restricted to the
-    allowed token ids `allowed_tokens[n, j, :M]`,
-        log pi(w) = logit(w) - logsumexp_{v allowed} logit(v),
-    the distribution the trie sampler draws from (a forced token has log pi 0).
+    logprobs_offered: jax.Array
+    entropy_offered: jax.Array
+    logprobs_vocabulary: jax.Array
+    entropy_vocabulary: jax.Array
+
+
+def token_policy_terms(
+    logits: jax.Array, tokens: jax.Array, allowed_tokens: jax.Array | None, allowed_mask: jax.Array | None
+) -> TokenPolicyTerms:
+    """log pi(token) and the entropy of pi at each position, `logits [N, A, V]`, under the full
+    softmax and, at constrained positions, under the softmax restricted to the allowed ids
+    `allowed_tokens[n, j, :M]` (restricted action sets, trie decoding):
+
+        log pi(w) = logit(w) - logsumexp_{v allowed} logit(v)
+        H         = - sum_{v allowed} pi(v) log pi(v)
+
+    the distribution the trie sampler draws from (a forced token has log pi 0 and H 0).
     """
     logp_full = jax.nn.log_softmax(logits, axis=-1)
     logprobs = jnp.take_along_axis(logp_full, tokens[..., None], axis=-1)[..., 0]
     entropy = -jnp.sum(jnp.exp(logp_full) * logp_full, axis=-1)
     if allowed_tokens is None:
-        return logprobs, entropy
+        return TokenPolicyTerms(logprobs, entropy, logprobs, entropy)
     constrained = jnp.any(allowed_mask, axis=-1)
     allowed_logits = jnp.take_along_axis(logits, allowed_tokens, axis=-1)
     allowed_logits = jnp.where(allowed_mask, allowed_logits, -jnp.inf)
@@ -141,9 +153,43 @@ def token_logprobs_and_entropy(
     chosen_logits = jnp.take_along_axis(logits, tokens[..., None], axis=-1)[..., 0]
     constrained_logp = jnp.where(allowed_mask, allowed_logits - log_normalizer[..., None], 0.0)
     constrained_entropy = -jnp.sum(jnp.where(allowed_mask, jnp.exp(constrained_logp) * constrained_logp, 0.0), -1)
-    logprobs = jnp.where(constrained, chosen_logits - jnp.where(constrained, log_normalizer, 0.0), logprobs)
-    entropy = jnp.where(constrained, constrained_entropy, entropy)
-    return logprobs, entropy
+    offered_logprobs = jnp.where(constrained, chosen_logits - jnp.where(constrained, log_normalizer, 0.0), logprobs)
+    offered_entropy = jnp.where(constrained, constrained_entropy, entropy)
+    return TokenPolicyTerms(offered_logprobs, offered_entropy, logprobs, entropy)
+
+
+def token_logprobs_and_entropy(
+    logits: jax.Array, tokens: jax.Array, allowed_tokens: jax.Array | None, allowed_mask: jax.Array | None
+) -> tuple[jax.Array, jax.Array]:
+    """(log pi(token), entropy) `[N, A]` of the offered distribution (`token_policy_terms`):
+    restricted to the allowed tokens at constrained positions, the full softmax elsewhere."""
+    terms = token_policy_terms(logits, tokens, allowed_tokens, allowed_mask)
+    return terms.logprobs_offered, terms.entropy_offered
+
+
+def action_policy_terms(
+    graph: PolicyGraph,
+    frozen: FrozenBase,
+    actor_lora,
+    tokens: jax.Array,
+    positions: jax.Array,
+    key_mask: jax.Array,
+    prompt_len: int,
+    temperature: float,
+    allowed_tokens: jax.Array | None = None,
+    allowed_mask: jax.Array | None = None,
+) -> TokenPolicyTerms:
+    """`token_policy_terms` `[N, A]` of softmax(logits / temperature) at each action column of
+    rows `tokens [N, P + A]` (one forward of the actor)."""
+    num_rows, length = tokens.shape
+    action_len = length - prompt_len
+    model = merge_model(graph, frozen, actor_lora)
+    hidden = model(tokens, positions, key_mask, use_lora=True, return_logits=False,
+                   constrain=graph.constrain).hidden
+    logits = model.logits(action_window(hidden, prompt_len, action_len)) / temperature
+    terms = token_policy_terms(logits, tokens[:, prompt_len:], allowed_tokens, allowed_mask)
+    chex.assert_shape(list(terms), (num_rows, action_len))
+    return terms
 
 
 def action_logprobs(
@@ -162,17 +208,11 @@ def action_logprobs(
 
     The policy is softmax(logits / temperature), the distribution the sampler
     draws from, restricted to the allowed tokens where `allowed_mask` says so
-    (see `token_logprobs_and_entropy`).  Returns `(logprobs [N, A], entropy [N, A])`.
+    (see `token_policy_terms`).  Returns `(logprobs [N, A], entropy [N, A])`.
     """
-    num_rows, length = tokens.shape
-    action_len = length - prompt_len
-    model = merge_model(graph, frozen, actor_lora)
-    hidden = model(tokens, positions, key_mask, use_lora=True, return_logits=False,
-                   constrain=graph.constrain).hidden
-    logits = model.logits(action_window(hidden, prompt_len, action_len)) / temperature
-    logprobs, entropy = token_logprobs_and_entropy(logits, tokens[:, prompt_len:], allowed_tokens, allowed_mask)
-    chex.assert_shape([logprobs, entropy], (num_rows, action_len))
-    return logprobs, entropy
+    terms = action_policy_terms(graph, frozen, actor_lora, tokens, positions, key_mask, prompt_len, temperature,
+                                allowed_tokens, allowed_mask)
+    return terms.logprobs_offered, terms.entropy_offered
 
 
 def base_features(

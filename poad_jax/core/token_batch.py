@@ -51,6 +51,9 @@ class TokenBatch:
       allowed_mask: `[N, A, M]` bool; a column with no True is unconstrained
         (full vocabulary: free-form actions, or the paper code's raw-token
         optimisation).  Token level; else None.
+      behaviour_logprobs: `[N, A]` float32 (token level, with
+        `ppo.behaviour_correction="importance"`; else None): log mu of each
+        action token under the distribution it was drawn from.
 
     Which fields a batch has, and what they mean, is the method's credit
     scheme's (`poad_jax.agent.methods`): it packs them and reads them.
@@ -71,6 +74,7 @@ class TokenBatch:
     normalizer: jax.Array | None = None
     allowed_tokens: jax.Array | None = None
     allowed_mask: jax.Array | None = None
+    behaviour_logprobs: jax.Array | None = None
 
     @property
     def num_rows(self) -> int:

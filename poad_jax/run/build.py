@@ -90,10 +90,20 @@ def run_seeds(seed: int, process_index: int = 0) -> RunSeeds:
 
 def build_method(config: ml_collections.ConfigDict) -> Method:
     """The run's method: `config.method` with `ppo.gamma`, `gamma_w` (negative: the method's
-    default) and `share_prompt` (a run directory's config written before it existed: True)."""
+    default) and `share_prompt` (a run directory's config written before it existed: True).
+    Actions drawn from action scores pack the offered continuations when the entropy
+    (`ppo.entropy_scope="offered"`) or the optimised log-probs
+    (`ppo.behaviour_correction="importance"`) are over them; with the entropy only, the
+    log-probs stay the full vocabulary's (the paper code's optimisation)."""
+    defaults = config_lib.default_config()
     gamma_w = float(config.gamma_w) if float(config.get("gamma_w", -1.0)) >= 0 else None
+    scored = config.restricted_sampling == "action_scores"
+    offered_entropy = config_lib.value_or_default(config, "ppo.entropy_scope", defaults) == "offered"
+    corrected = config_lib.value_or_default(config, "ppo.behaviour_correction", defaults) == "importance"
     return make_method(str(config.method), float(config.ppo.gamma), gamma_w,
-                       share_prompt=bool(config.get("share_prompt", True)))
+                       share_prompt=bool(config.get("share_prompt", True)),
+                       offered_continuations=scored and (offered_entropy or corrected),
+                       vocabulary_logprobs=scored and offered_entropy and not corrected)
 
 
 def load_model(config: ml_collections.ConfigDict):

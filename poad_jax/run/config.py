@@ -146,6 +146,11 @@ def default_config() -> ml_collections.ConfigDict:
     # ladder (poad_jax/core/layout.py); 0: the powers of two 32, 64, 128, 256 (before issue 31).
     config.prompt_bucket_step = layout.PROMPT_BUCKET_STEP
     config.restricted_sampling = "trie"  # trie | action_scores (the paper code's way)
+    # Trie sampling with exploration: > 0 draws restricted actions from the trie's offered
+    # continuations at this temperature while the optimised policy stays at
+    # sampling.temperature; the learner then corrects for it (needs
+    # ppo.behaviour_correction="importance").  0: off (draw from the optimised policy).
+    config.trie_explore_temperature = 0.0
     config.twosome_normalization = "token"  # token | word
     # The `discounted_return` metric: sum_k gamma^k r_k over an episode's env steps
     # (the paper's Appendix H reports it at 0.95), logged beside the success rate.
@@ -182,6 +187,21 @@ def default_config() -> ml_collections.ConfigDict:
             # The policy loss, entropy and approximate KL as the mean of this many equal
             # row chunks' token means (the authors' gradient_cp_steps); 1: one token mean.
             loss_chunks=1,
+            # Token-level methods: "token" applies lam at every token (GAE over the token stream);
+            # "action" applies lam where gamma applies (an action's last token) and 1 inside an
+            # action, so POAD's first-token advantage is action-level GAE (docs/backups.md).
+            lambda_scope="token",
+            # The entropy bonus: "policy", of the distribution the log-probs are taken under (the
+            # full vocabulary for actions drawn from action scores); "offered", over the offered
+            # continuations (the trie's renormalised next-token distribution; TWOSOME's is over the
+            # offered actions either way).
+            entropy_scope="policy",
+            # "none": PPO's ratio as usual; "importance": restricted actions optimise the trie policy
+            # over the offered continuations and each token's clipped surrogate is weighted by
+            # min(importance_weight_clip, pi_old / mu), mu the distribution the token was drawn from
+            # (action scores, or the trie at trie_explore_temperature).  docs/results.md, study B.
+            behaviour_correction="none",
+            importance_weight_clip=1.0,
         )
     )
     # kind: "head" (an MLP on the frozen base's features) | "lora" (a second adapter);
@@ -223,6 +243,9 @@ def set_authors_semantics(config: ml_collections.ConfigDict, preset: str, method
     the authors' advantage normalisation; then `ppo.<field>` for each of the
     method's settings.
     """
+    if method is None:  # `--config=<preset>` without `:<method>`: never a silent default
+        raise ConfigError(f"{preset} holds one preset per method: name it, --config={preset}:<method> with "
+                          f"<method> one of {', '.join(method_settings)}")
     if method not in method_settings:
         raise ValueError(f"unknown method {method!r} for {preset}; choose one of {', '.join(method_settings)}")
     config.preset = f"{preset}:{method}"
@@ -243,9 +266,6 @@ def split_config_argument(spec: str | pathlib.Path) -> tuple[pathlib.Path, str |
     argument), `(path, None)` for a plain path."""
     text = str(spec)
     head, sep, tail = text.rpartition(":")
-    if method is None:  # `--config=<preset>` without `:<method>`: never a silent default
-        raise ConfigError(f"{preset} holds one preset per method: name it, --config={preset}:<method> with "
-                          f"<method> one of {', '.join(method_settings)}")
     if sep and head.endswith(".py") and "/" not in tail:
         return pathlib.Path(head), tail
     return pathlib.Path(text), None
@@ -351,6 +371,11 @@ CHECKS: tuple[Check | OneOf, ...] = (
     OneOf("ppo.kl_skip", lambda: ("update", "actor")),
     OneOf("ppo.advantage_normalization", lambda: ("valid", "adrl")),
     at_least("ppo.loss_chunks", 1, "1: one token mean over the minibatch"),
+    OneOf("ppo.lambda_scope", lambda: ("token", "action")),
+    OneOf("ppo.entropy_scope", lambda: ("policy", "offered")),
+    OneOf("ppo.behaviour_correction", lambda: ("none", "importance")),
+    above("ppo.importance_weight_clip", 0, "the largest weight a token's surrogate gets"),
+    at_least("trie_explore_temperature", 0, "0 turns exploration off"),
     OneOf("env.vector_mode", lambda: ("inline", "threads", "processes")),
     Check("share_prompt", lambda v: isinstance(v, bool), "True or False"),
     Check("gamma_w", lambda v: v < 0 or 0 < v <= 1, "in (0, 1], or negative for the method's default"),
@@ -465,7 +490,7 @@ def check_field(config: ml_collections.ConfigDict, check: Check | OneOf) -> None
 
 def _check_preset(config: ml_collections.ConfigDict) -> None:
     """A preset's per-method settings are for the method it names (`<file>:<method>`)."""
-    preset = str(_value_or_default(config, "preset", default_config()))
+    preset = str(value_or_default(config, "preset", default_config()))
     if not preset:
         return
     path, _, method = preset.rpartition(":")
@@ -490,6 +515,27 @@ def _check_sampler_logprobs(config: ml_collections.ConfigDict) -> None:
                           "'action_scores' picks whole actions and decodes nothing")
 
 
+def _check_behaviour_policy(config: ml_collections.ConfigDict) -> None:
+    """The behaviour-policy options: the importance correction is for token-level methods
+    whose old log-probs are the learner's own; trie exploration needs the correction."""
+    defaults = default_config()
+    correction = value_or_default(config, "ppo.behaviour_correction", defaults)
+    explore = float(value_or_default(config, "trie_explore_temperature", defaults))
+    if correction == "importance":
+        if config.method == "twosome":
+            raise ConfigError("ppo.behaviour_correction='importance' is for poad or ntpo: TWOSOME samples "
+                              "from the action distribution it optimises")
+        if value_or_default(config, "behaviour_logprobs", defaults) != "recompute":
+            raise ConfigError("ppo.behaviour_correction='importance' needs behaviour_logprobs='recompute': "
+                              "the sampler's log-probs are the behaviour's, not the optimised policy's")
+    if explore > 0:
+        if config.restricted_sampling != "trie" or config.method == "twosome":
+            raise ConfigError("trie_explore_temperature > 0 needs poad or ntpo with restricted_sampling='trie'")
+        if correction != "importance":
+            raise ConfigError("trie_explore_temperature > 0 needs ppo.behaviour_correction='importance': "
+                              "the actions are then drawn from another distribution than the optimised one")
+
+
 def _check_together(config: ml_collections.ConfigDict) -> None:
     """Checks between fields: the rollout's rows split evenly into minibatches and
     micro-batches (and loss chunks), and whole rollout threads onto each device of
@@ -501,14 +547,15 @@ def _check_together(config: ml_collections.ConfigDict) -> None:
             f"num_threads x rollout_length ({rows}) must be divisible by ppo.num_minibatches x "
             f"ppo.accumulation_steps ({config.ppo.num_minibatches} x {config.ppo.accumulation_steps})"
         )
-    loss_chunks = int(_value_or_default(config, "ppo.loss_chunks", default_config()))
+    loss_chunks = int(value_or_default(config, "ppo.loss_chunks", default_config()))
     if (rows // config.ppo.num_minibatches) % loss_chunks:
         raise ConfigError(
             f"a minibatch's rows ({rows // config.ppo.num_minibatches}) must be divisible by ppo.loss_chunks "
             f"({loss_chunks})"
         )
-    if _value_or_default(config, "behaviour_logprobs", default_config()) == "sampler":
+    if value_or_default(config, "behaviour_logprobs", default_config()) == "sampler":
         _check_sampler_logprobs(config)
+    _check_behaviour_policy(config)
     row_devices = config.mesh.data * config.mesh.fsdp  # a -1 axis is checked once the devices are known
     if row_devices > 1 and config.num_threads % row_devices:
         raise ConfigError(
@@ -556,7 +603,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
 _SOURCES = {"temperature": "sampling.temperature", "critic_kind": "critic.kind"}
 
 
-def _value_or_default(config: ml_collections.ConfigDict, dotted: str, defaults: ml_collections.ConfigDict) -> Any:
+def value_or_default(config: ml_collections.ConfigDict, dotted: str, defaults: ml_collections.ConfigDict) -> Any:
     """The config's value; the default for a field absent from it (a run directory's
     `config.json` written before the field existed)."""
     try:
@@ -581,7 +628,7 @@ def _from_config(cls: type, config: ml_collections.ConfigDict, source: Callable[
     for field in dataclasses.fields(cls):
         required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
         if required and field.name not in fields:
-            values[field.name] = _cast(hints[field.name], _value_or_default(config, source(field.name), defaults))
+            values[field.name] = _cast(hints[field.name], value_or_default(config, source(field.name), defaults))
     return cls(**values, **fields)
 
 
@@ -603,7 +650,7 @@ def sampling_config(config: ml_collections.ConfigDict | None = None, eos_ids: tu
     from poad_jax.sampling import SamplingConfig
 
     config = default_config() if config is None else config
-    sampling = dict(_value_or_default(config, "sampling", default_config()).items())
+    sampling = dict(value_or_default(config, "sampling", default_config()).items())
     hints = typing.get_type_hints(SamplingConfig)
     return SamplingConfig(**{k: _cast(hints[k], v) for k, v in sampling.items()},
                           stop_token_ids=tuple(int(i) for i in eos_ids))
@@ -613,7 +660,8 @@ def rollout_config(config: ml_collections.ConfigDict | None = None, eos_ids: tup
     """`rollout.RolloutConfig` from `config` (default: `default_config()`).
 
     Each field without a default is the top-level config field of its name;
-    `sampling` is `sampling_config(config, eos_ids)` and `prompt_buckets`
+    `sampling` is `sampling_config(config, eos_ids)`, `pack_behaviour` whether
+    `ppo.behaviour_correction` is on, and `prompt_buckets`
     `layout.prompt_buckets(config.prompt_bucket_step)`; `fields` replace any.
     """
     from poad_jax.agent.rollout import RolloutConfig
@@ -621,7 +669,9 @@ def rollout_config(config: ml_collections.ConfigDict | None = None, eos_ids: tup
     config = default_config() if config is None else config
     if "sampling" not in fields:
         fields["sampling"] = sampling_config(config, eos_ids)
+    if "pack_behaviour" not in fields:
+        fields["pack_behaviour"] = value_or_default(config, "ppo.behaviour_correction", default_config()) != "none"
     if "prompt_buckets" not in fields:
-        step = _value_or_default(config, "prompt_bucket_step", default_config())
+        step = value_or_default(config, "prompt_bucket_step", default_config())
         fields["prompt_buckets"] = layout.prompt_buckets(int(step))
     return _from_config(RolloutConfig, config, lambda name: name, fields)
