@@ -56,9 +56,11 @@ PAPER_METHODS = {
 
 
 def get_config(method: str | None = None):  # None: an error naming the methods
-    # configs/virtualhome.py holds the task and the paper's row for it (threads x steps, env steps,
-    # gamma, learning rates, bfloat16 matmuls on CPU); this preset adds the authors' per-method
-    # settings and semantics.
+    # configs/virtualhome.py holds the task (gamma, critic lr, env steps, bfloat16 matmuls on CPU);
+    # this preset sets the paper's row for it (4 x 32 steps per update, actor lr 1e-6) and adds the
+    # authors' per-method settings and semantics.
     config = poad_config.load_config_file(pathlib.Path(__file__).with_name("virtualhome.py"))
     config.name = "virtualhome_paper"
+    config.rollout_length = 32  # scripts/train_virtualhome.py:50-51 (4 threads x 32 steps)
+    config.ppo.actor_lr = 1e-6  # config.py:224 default; the paper's table
     return poad_config.set_authors_semantics(config, "configs/virtualhome_paper.py", method, PAPER_METHODS)
