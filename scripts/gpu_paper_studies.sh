@@ -27,7 +27,9 @@ PARTS=/root/gguf_parts
 export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # many processes share one GPU
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/root/jax_cache}
-STUDIES="overcooked_paper:3 virtualhome_paper:9 virtualhome_paper_chosen_lr:9"
+# name:workers of each study `start` runs; issue 40's VirtualHome studies (docs/results.md) e.g.:
+#   STUDIES="virtualhome_preset_8steps:9 virtualhome_preset_ladder:9 virtualhome_options:11" ... start
+STUDIES=${STUDIES:-"overcooked_paper:3 virtualhome_paper:9 virtualhome_paper_chosen_lr:9"}
 
 setup() {
   mkdir -p "$SITE" "$PARTS"
