@@ -10,7 +10,7 @@ at 5ec1aa5, `mappo/`):
 |---|---|---|
 | task | tomato salad | `Overcooked-LLMA-v4` in `scripts/train_llm.sh:6`, task 0 (`envs/overcooked/overcooked_env.py`) |
 | threads x steps per update | 4 x 32 | `scripts/train_overcooked.py:49-50` |
-| actor lr, critic lr | 5e-7, 1e-5 | `scripts/train_overcooked.py:52-53`; the paper's Overcooked table (DESIGN.md §5) |
+| actor lr, critic lr | 5e-7, 1e-5 | `scripts/train_overcooked.py:52-53`; the paper's Overcooked table (the paper's tables, docs/adrl_parity.md) |
 | gamma | 0.99 | `scripts/train_llm.sh:6` |
 | total env steps | 40,000 | `scripts/train_llm.sh:6` |
 | POAD: epochs x minibatches, entropy, loss chunks | 5 x 2, 1e-4, 1 | `scripts/train_llm.sh:6` |

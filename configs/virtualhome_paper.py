@@ -17,7 +17,7 @@ inference, stated at the row):
 
 | setting | value | source |
 |---|---|---|
-| threads x steps per update | 4 x 32 | `scripts/train_virtualhome.py:50-51`; the paper's VirtualHome table (DESIGN.md §5) |
+| threads x steps per update | 4 x 32 | `scripts/train_virtualhome.py:50-51`; the paper's VirtualHome table (the paper's tables, docs/adrl_parity.md) |
 | total env steps | 6,000 | `scripts/rebuttal.sh:9` (POAD), `scripts/train_llm.sh:7` (TWOSOME) |
 | actor lr | 1e-6 | `config.py:224` default (no script sets `--lr` for these runs); the paper's table |
 | critic lr | 5e-5 | `config.py:226` default; the paper's table |

@@ -125,7 +125,7 @@ def pack_batch_agreed(
     """`pack_batch` with array shapes shared by every process of a run.
 
     `agree(v)` is the elementwise maximum of an integer vector over the
-    processes (`distributed.hosts.agree_max`).  Each process packs its rows,
+    processes (`parallel.hosts.agree_max`).  Each process packs its rows,
     the processes agree on every array's shape (the maximum of their bucketed
     sizes, which is what packing all rows in one process gives, buckets being
     monotone), and a process whose prompt or action length falls short packs

@@ -46,7 +46,7 @@ class LearnerConfig:
     No defaults here: `poad_jax.run.config.learner_config(config)` builds this
     from the training config (`ppo.<name>`, plus `sampling.temperature` and
     `critic.kind`), whose `default_config()` holds the defaults (the
-    paper's, DESIGN.md §5) and whose `validate` checks them.
+    paper's: docs/adrl_parity.md) and whose `validate` checks them.
     """
 
     gamma: float

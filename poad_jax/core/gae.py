@@ -3,7 +3,7 @@
 What the learner runs, in JAX (`jax.jit`-able): `action_discounts` and
 `token_gae` (plus `token_gae_parallel`, the same numbers from an associative
 scan).  Arrays are batch-major ``[B, T]``; one row is the stream of action
-tokens of one rollout thread (DESIGN.md §3).  The tabular forms of the same
+tokens of one rollout thread (docs/architecture.md).  The tabular forms of the same
 operators, with the equivalence proofs, are `poad_jax.tools.proofs`.
 
 Notation.  An observation ``o_t`` is answered by an action

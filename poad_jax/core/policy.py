@@ -11,7 +11,7 @@ One base state lives in memory: the model is split once into
 `(graphdef, base, actor_lora, rest)` and every forward pass merges the base
 with whichever LoRA state it needs (`nnx.merge`), inside `jax.jit`.
 
-Positions convention of a TokenBatch row (DESIGN.md §3): the prompt is left
+Positions convention of a TokenBatch row (`core/token_batch.py`): the prompt is left
 padded to P columns and the action occupies columns [P, P + A).  The log-prob
 of action token j reads the logits at column P + j - 1, and the value
 V(o, w^{<j}) reads the hidden state at the same column.

@@ -1,4 +1,4 @@
-"""The TokenBatch: what a rollout hands to the learner (DESIGN.md §3).
+"""The TokenBatch: what a rollout hands to the learner (docs/architecture.md).
 
 One row per (thread, step), thread-major: row n = b * T + t for thread b and
 step t.  Each row is `prompt (left padded to P columns) + action (A columns,

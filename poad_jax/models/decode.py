@@ -240,7 +240,7 @@ def unstack_weights(model, split=None) -> UnstackedWeights:
 
     `split(split_layers, stacked, head)` runs the copy (default: eagerly);
     on a mesh it is a jit that lays the copies out
-    (`distributed.sampling_layout.SamplingLayout.unstack`).
+    (`parallel.sampling_layout.SamplingLayout.unstack`).
     """
     stacked = {name: w[...] for name, w in model.layers.weights.items()}
     head = model.lm_head[...] if model.lm_head is not None else model.embed[...]

@@ -3,7 +3,7 @@
 One source for each:
 
 - `default_config()`: every setting and its default (the paper's values,
-  DESIGN.md §5).  The task files `configs/<task>.py` start from it and set
+  the paper's tables, docs/adrl_parity.md).  The task files `configs/<task>.py` start from it and set
   what differs; `--config.x=y` overrides any field on the command line.
 - `validate(config)`: every range and choice check (`CHECKS`, one row per
   field, plus the checks between fields in `_check_together`).  A bad value
@@ -93,7 +93,7 @@ class ConfigError(Exception):
 def default_config() -> ml_collections.ConfigDict:
     """Every training setting with its default.
 
-    PPO: the paper's hyper-parameters (DESIGN.md §5; clip 0.2, value clip
+    PPO: the paper's hyper-parameters (the paper's tables, docs/adrl_parity.md; clip 0.2, value clip
     0.2, value coefficient 0.5, max grad norm 0.5, KL threshold 0.02, λ 0.95,
     Adam ε 1e-5, LoRA r 8 α 16 on q and v).  γ, learning rates, threads x
     steps and env steps are the paper's VirtualHome row (γ 0.95, actor lr

@@ -137,14 +137,14 @@ class Sampler:
     bfloat16 when its matmuls take bfloat16 operands (attention rounds keys
     and values to bfloat16 anyway, so the cache changes no result).
 
-    `mesh` (a `('data', 'fsdp', 'tensor')` mesh, `distributed.make_mesh`):
+    `mesh` (a `('data', 'fsdp', 'tensor')` mesh, `parallel.make_mesh`):
     every call's rows are split over `('data', 'fsdp')`, the batch padded
     with dummy rows to a multiple of data x fsdp; the frozen base and its
     per-layer copies are laid out once, here, by the sampling rules
     (replicated over data and fsdp, split over tensor), LoRA and the rest
     replicated; the decode loop pins the KV cache to its rows.  Results do
     not depend on the mesh beyond float rounding (per-row RNG keys).  None:
-    one device, today's programs.  A `distributed.SamplingLayout` instead
+    one device, today's programs.  A `parallel.SamplingLayout` instead
     of a mesh sets other rules.
     """
 
