@@ -162,7 +162,7 @@ def test_a_hugging_face_directory_trains(walked):
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 4
 
 
-def test_the_exported_adapter_loads_in_peft_with_the_trained_actors_logits(walked):
+def test_the_exported_adapter_loads_in_peft_with_the_trained_actors_logits(walked, monkeypatch):
     pytest.importorskip("peft", reason="the bench extra (peft, torch, transformers) is not installed")
     import jax.numpy as jnp
     import torch
@@ -175,17 +175,14 @@ def test_the_exported_adapter_loads_in_peft_with_the_trained_actors_logits(walke
     adapter = project / "runs" / "my-model" / "adapter"
     assert PeftConfig.from_pretrained(str(adapter)).base_model_name_or_path == str((project / "my-model").resolve())
     assert done["python use_adapter.py"].stdout.strip()  # the guide's snippet printed a token
-    base = AutoModelForCausalLM.from_pretrained(str(project / "my-model"), torch_dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(str(project / "my-model"), dtype=torch.float32)
     peft_model = PeftModel.from_pretrained(base, str(adapter)).eval()
     tokens = np.array([[1, 504, 30, 253, 4010, 30, 2821, 339, 7]])
     with torch.no_grad():
         theirs = peft_model(torch.tensor(tokens)).logits[0].numpy()
-    cwd = os.getcwd()
-    os.chdir(project)  # the run's config names its model relative to where it ran
-    try:
-        _, ours_model, _, _ = load_trained_actor(pathlib.Path("runs/my-model"))
-    finally:
-        os.chdir(cwd)
+    monkeypatch.chdir(project)  # as a user would: the run names its model relative to where it ran,
+    monkeypatch.syspath_prepend(str(project))  # and its environment module is importable from there
+    _, ours_model, _, _ = load_trained_actor(pathlib.Path("runs/my-model"))
     ours = np.asarray(ours_model(jnp.asarray(tokens)).logits[0], np.float32)
     np.testing.assert_allclose(theirs, ours, atol=2e-4, rtol=0)
     with torch.no_grad(), peft_model.disable_adapter():
