@@ -38,6 +38,32 @@ def test_unbiased_normalisation_is_torch_std():
     np.testing.assert_allclose(ours, reference, rtol=1e-6)
 
 
+ISSUE_PAIR = (0.8599904, 0.8599828)
+
+
+@pytest.mark.parametrize("pair", [ISSUE_PAIR, (float(np.nextafter(np.float32(ISSUE_PAIR[0]), 0)), ISSUE_PAIR[1]),
+                                  (0.9108932, 0.9108856), (1.0066944, 1.0066965)])
+def test_a_chunk_of_two_nearly_equal_advantages_is_normalised_exactly(pair):
+    """Two float32 advantages a few ulps apart (the issue's pair, the same one ulp lower, the
+    committed cases' pairs): the normalised values are those of the float64 statistics to 1e-6.
+    A float32 mean taken in one pass is off by half an ulp of the mean whenever the pair's mean
+    is not a float32 (as one ulp of difference in the backup makes it), 0.8-4 % of the spread."""
+    advantages = np.array([pair[0], pair[1], 5.0, -3.0], np.float32)  # padding rows outside the mask
+    mask = np.array([True, True, False, False])
+    ours = np.asarray(losses.normalize_advantages(advantages, mask, ddof=1))
+    x = advantages[:2].astype(np.float64)
+    exact = (x - x.mean()) / (x.std(ddof=1) + 1e-8)
+    np.testing.assert_allclose(ours[:2], exact, rtol=1e-6)
+    assert np.all(ours[2:] == 0)
+    one_pass = (advantages[:2] - np.float32(advantages[:2].sum() / np.float32(2))) / np.float32(x.std(ddof=1) + 1e-8)
+    if np.float32(x.mean()) != x.mean():
+        assert np.max(np.abs(one_pass - exact)) > 5e-3
+    token = np.zeros((2, 3), np.float32)
+    token[0, :2] = pair
+    nonzero = np.asarray(losses.normalize_nonzero_advantages(token, np.ones((2, 3), bool)))
+    np.testing.assert_allclose(nonzero[0, :2], (x - x.mean()) / (x.std() + 1e-8), rtol=1e-6)
+
+
 def test_chunk_weights_average_the_chunks_token_means():
     rng = np.random.default_rng(1)
     values = rng.normal(size=(8, 4)).astype(np.float32)

@@ -36,14 +36,21 @@ import numpy as np
 
 # Largest accepted error per field kind (relative; see `relative_error` and `scalar_error`).
 TOLERANCES = {"scalar": 1e-4, "grad": 1e-4, "delta": 1e-3, "backup": 1e-5, "skip": 0.0}
-# A per-minibatch scalar below its floor in magnitude is compared absolutely.  The policy
-# objective is a mean of terms of order 1 (ratios times normalised advantages) that cancels to
-# ~0 at a first minibatch (ratio 1, advantages of mean 0): its error is relative to that scale.
-SCALAR_FLOORS = {"policy_objective": 1.0, "value_loss": 1e-3, "entropy": 1e-3, "approx_kl": 1e-3}
+# A per-minibatch scalar below its floor in magnitude is compared absolutely (relative above it).
+SCALAR_FLOORS = {"policy_objective": 0.1, "value_loss": 1e-3, "entropy": 1e-3, "approx_kl": 1e-3}
+# Where the authors' own float32 advantage statistics are off by rho (`authors_rounding`), the
+# LoRA weight changes are compared at their tolerance + DELTA_ROUNDING * rho: Adam's first
+# steps divide each gradient element by its own size, which raised a gradient error of 0.4 rho
+# to weight-change errors of 1.3-3.6 rho on 5 such cases (docs/adrl_parity.md).
+DELTA_ROUNDING = 10.0
 
 
 class CaseFileError(Exception):
     """The file is not a parity case file (one line)."""
+
+
+class CaseNotReplayable(Exception):
+    """A case whose update poad_jax cannot replay as recorded (one line)."""
 
 
 def relative_error(ours: np.ndarray, theirs: np.ndarray) -> float:
@@ -263,41 +270,147 @@ def time_update(arrays: dict[str, np.ndarray], name: str, repeats: int = 3, sema
             "torch_threads": None if threads is None else int(threads), "rows": int(run.batch.tokens.shape[0])}
 
 
+def replayability(case: dict[str, Any], semantics: str = "adrl") -> str | None:
+    """Why poad_jax cannot replay the case's update as recorded (one line), or None when it can."""
+    meta = case["meta"]
+    rows, minibatches = len(case["rewards"]), int(meta["num_minibatches"])
+    if rows % minibatches:
+        return (f"{rows} rows do not divide into {minibatches} minibatches: ADRL's sampler leaves the last "
+                f"{rows % minibatches} rows of every epoch's permutation out, poad_jax's update puts every row "
+                f"in a minibatch")
+    chunks = int(meta["loss_chunks"]) if semantics == "adrl" else 1
+    if (rows // minibatches) % chunks:
+        return (f"minibatches of {rows // minibatches} rows do not divide into {chunks} loss chunks: ADRL then "
+                f"adds a shorter last chunk, poad_jax's chunks are equal")
+    return None
+
+
+def authors_rounding(case: dict[str, Any], backup: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(relative, shift), each [E, M]: how far the normalised advantages ADRL's policy loss
+    received (`policy_advantages`, float32) are from the exact (float64) statistics of `backup`
+    (default: their own backup, `advantages`); None for a file without them.
+
+    Their rule: TWOSOME, each loss chunk's mean and unbiased std; token level, the mean and std
+    (ddof 0) of the minibatch's non-zero advantages; then (A - mean) / (std + 1e-8).  relative:
+    ||theirs - exact|| / ||exact|| over valid elements.  Where a chunk's advantages nearly
+    coincide, a float32 mean's rounding (half an ulp of the mean) is a large part of the std,
+    and so is one ulp of difference between two backups: with their own backup this measures
+    their rounding; with ours (`check_case` passes it) also what our backup's last-bit
+    differences must change in exact statistics.  shift: the same |theirs - exact| averaged as
+    the objective averages its terms (each loss chunk's mean over its valid elements, then the
+    mean over chunks): a rounded mean moves a chunk's advantages all one way, and the objective
+    with them."""
+    if "policy_advantages" not in case:
+        return None
+    meta = case["meta"]
+    orders, seen = case["orders"], case["policy_advantages"]
+    backup = case["advantages"] if backup is None else backup
+    epochs, minibatches, rows = orders.shape
+    token_level = meta["method"] != "twosome"
+    chunks = int(meta["loss_chunks"])
+    lengths = np.sum(case["actions"] >= 0, axis=1)
+    out, shift = np.zeros((epochs, minibatches)), np.zeros((epochs, minibatches))
+    for e in range(epochs):
+        for m in range(minibatches):
+            values = np.asarray(backup, np.float64)[orders[e, m]]
+            if token_level:
+                valid = np.arange(values.shape[1])[None, :] < lengths[orders[e, m]][:, None]
+                values = np.where(valid, values, 0.0)
+                nonzero = values[values != 0]
+                exact = (values - nonzero.mean()) / (nonzero.std() + 1e-8) if nonzero.size else np.zeros_like(values)
+            else:
+                valid = np.ones(values.shape, bool)
+                split = values.reshape(chunks, -1)
+                exact = ((split - split.mean(1, keepdims=True))
+                         / (split.std(1, ddof=1, keepdims=True) + 1e-8)).reshape(values.shape)
+            out[e, m] = relative_error(np.where(valid, seen[e, m], 0.0), np.where(valid, exact, 0.0))
+            moved = np.where(valid, np.abs(seen[e, m] - exact), 0.0).reshape(chunks, -1)
+            counted = np.broadcast_to(valid, values.shape).astype(np.float64).reshape(chunks, -1)
+            shift[e, m] = np.mean(moved.sum(1) / np.maximum(counted.sum(1), 1.0))
+    return out, shift
+
+
 def check_case(arrays: dict[str, np.ndarray], name: str, semantics: str = "adrl") -> list[dict[str, Any]]:
     """Replays case `name` with poad_jax; one row per compared field:
-    {"field", "kind", "error", "tolerance", "ok"} (error: the largest over the case's minibatches)."""
+    {"field", "kind", "error", "tolerance", "ok", "widened"}: the error of the minibatch with the
+    largest error / tolerance and that tolerance; `widened`, where a tolerance was raised by the
+    authors' float32 rounding of the advantage statistics and our backup's last bits where a
+    chunk's advantages nearly coincide (`authors_rounding` against our backup, its running
+    largest over the minibatches so far): the actor-side per-minibatch fields (normalised
+    advantages, objective, entropy, KL, LoRA gradients and their norm) accept tolerance + that
+    rounding, the LoRA weight changes tolerance + DELTA_ROUNDING x its largest.
+    CaseNotReplayable (one line) for a case poad_jax cannot replay as recorded."""
+    reason = replayability(_case(arrays, name), semantics)
+    if reason is not None:
+        raise CaseNotReplayable(reason)
     run = replay(arrays, name, semantics)
     case, method, lconfig, batch, fit = run.case, run.method, run.lconfig, run.batch, run.fit
     initial = _flat_params(run.state.params)
     state, metrics = run.update(run.state, run.frozen, batch)
     final = _flat_params(state.params)
     recorded = metrics["minibatches"]
+    valid = np.asarray(method.scheme.valid(batch))
+    ours_backup = np.where(valid, np.asarray(metrics["advantages"]), 0.0)
+    if ours_backup.ndim == 2:  # ours [N, A] -> their [N, max_new_tokens]
+        width = case["advantages"].shape[1]
+        ours_backup = np.pad(ours_backup, ((0, 0), (0, max(0, width - ours_backup.shape[1]))))[:, :width]
+    rounding = authors_rounding(case, ours_backup) if semantics == "adrl" else None
+    epochs, minibatches = case["skipped"].shape
+    # A minibatch starts from the weights every earlier one moved: its actor-side fields are as
+    # uncertain as the largest rounding of any minibatch up to it (in update order).
+    running = lambda x: np.maximum.accumulate(x.ravel()).reshape(epochs, minibatches)
+    extra, shift = (np.zeros((epochs, minibatches)),) * 2 if rounding is None else map(running, rounding)
     rows = []
 
-    def add(field, kind, error):
-        rows.append({"field": field, "kind": kind, "error": float(error), "tolerance": TOLERANCES[kind],
-                     "ok": bool(error <= TOLERANCES[kind])})
+    def add(field, kind, errors, widen=None):
+        errors = np.atleast_1d(np.asarray(errors, np.float64)).ravel()
+        tolerances = np.full(errors.shape, TOLERANCES[kind])
+        if widen is not None:
+            tolerances = tolerances + np.ravel(widen)
+        worst = int(np.argmax(errors / np.maximum(tolerances, 1e-30))) if tolerances.any() else int(np.argmax(errors))
+        widened = widen is not None and float(np.ravel(widen)[worst]) > 0.5 * TOLERANCES[kind]
+        rows.append({"field": field, "kind": kind, "error": float(errors[worst]),
+                     "tolerance": float(tolerances[worst]), "ok": bool(np.all(errors <= tolerances)),
+                     "widened": bool(widened)})
 
-    valid = np.asarray(method.scheme.valid(batch))
     for field in ("advantages", "returns"):
         ours = np.where(valid, np.asarray(metrics[field]), 0.0)
         add(field, "backup", relative_error(ours, np.where(valid, fit(case[field]), 0.0)))
+    if "policy_advantages" in case and semantics == "adrl":
+        ours_seen = np.asarray(recorded["advantages"])
+        theirs_seen = case["policy_advantages"]
+        errors = np.zeros((epochs, minibatches))
+        for e in range(epochs):
+            for m in range(minibatches):
+                mask = valid[case["orders"][e, m]]
+                errors[e, m] = relative_error(np.where(mask, ours_seen[e, m], 0.0),
+                                              np.where(mask, fit(theirs_seen[e, m]), 0.0))
+        add("normalised advantages", "grad", errors, extra)
     objective = np.asarray(recorded["policy_loss"]) - lconfig.ent_coef * np.asarray(recorded["entropy"])
     for field, ours in (("policy_objective", objective), ("value_loss", recorded["value_loss"]),
                         ("entropy", recorded["entropy"]), ("approx_kl", recorded["approx_kl"])):
         ours, theirs = np.asarray(ours), case[field]
         floor = SCALAR_FLOORS[field]
-        add(field, "scalar", max(scalar_error(o, t, floor) for o, t in zip(ours.ravel(), theirs.ravel())))
+        errors = [scalar_error(o, t, floor) for o, t in zip(ours.ravel(), theirs.ravel())]
+        widen = extra
+        if field == "policy_objective":  # a term whose advantage moved by d moves by ratio * d (ratios < 1 + clip)
+            widen = extra + (1.0 + lconfig.clip_eps) * shift / np.maximum(np.abs(theirs), floor)
+        add(field, "scalar", errors, None if field == "value_loss" else widen)
     skips = np.asarray(recorded["skipped"]) > 0.5
     add("skipped", "skip", float(np.sum(skips != case["skipped"])))
+    for field in ("actor_grad_norm", "critic_grad_norm"):
+        if field in case:
+            ours, theirs = np.asarray(recorded[field], np.float64), np.asarray(case[field], np.float64)
+            add(field.replace("_", " "), "grad", np.abs(ours - theirs) / np.maximum(np.abs(theirs), 1e-30),
+                extra if field == "actor_grad_norm" else None)
     grads = {key: np.asarray(value) for key, value in _flat_params(recorded["grads"]).items()}
     for key in sorted(grads):
         theirs = case[f"grads/{key}"]
-        errors = [relative_error(grads[key][e, m], theirs[e, m])
-                  for e in range(theirs.shape[0]) for m in range(theirs.shape[1])]
-        add(f"grad {key}", "grad", max(errors))
+        errors = [[relative_error(grads[key][e, m], theirs[e, m]) for m in range(minibatches)] for e in range(epochs)]
+        add(f"grad {key}", "grad", errors, extra if key.startswith("lora") else None)
     for key in sorted(final):
-        add(f"delta {key}", "delta", relative_error(final[key] - initial[key], case[f"delta/{key}"]))
+        add(f"delta {key}", "delta", relative_error(final[key] - initial[key], case[f"delta/{key}"]),
+            DELTA_ROUNDING * np.max(extra) if key.startswith("lora") else None)
     return rows
 
 
@@ -358,12 +471,27 @@ def main(argv: list[str]) -> int:
     worst: dict[str, Any] = {}
     timed: dict[str, dict] = {}
     failed = False
+    not_replayed: dict[str, str] = {}
     for name in names:
-        rows = check_case(arrays, name, args.semantics)
+        try:
+            rows = check_case(arrays, name, args.semantics)
+        except CaseNotReplayable as error:
+            print(f"\ncase {name}: not replayed: {error}")
+            not_replayed[name] = str(error)
+            failed = True
+            continue
+        except Exception as error:  # one case's failure must not stop the rest of the file
+            line = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            print(f"\ncase {name}: error: {line}")
+            not_replayed[name] = line
+            failed = True
+            continue
         print(f"\ncase {name} ({args.semantics} semantics)")
         print(f"{'field':<28}{'largest error':>16}{'tolerance':>12}  ok")
         for row in rows:
-            print(f"{row['field']:<28}{row['error']:>16.3e}{row['tolerance']:>12.0e}  {'yes' if row['ok'] else 'NO'}")
+            note = "  (widened: float32 rounding of nearly equal advantages)" if row.get("widened") else ""
+            print(f"{row['field']:<28}{row['error']:>16.3e}{row['tolerance']:>12.1e}  "
+                  f"{'yes' if row['ok'] else 'NO'}{note}")
             failed |= not row["ok"]
         worst[name] = max(rows, key=lambda r: r["error"] / max(r["tolerance"], 1e-12) if r["tolerance"] else
                           (np.inf if r["error"] else 0.0))["field"]
@@ -371,5 +499,6 @@ def main(argv: list[str]) -> int:
             timed[name] = time_update(arrays, name, args.time, args.semantics)
             print(timing_line(name, timed[name]))
     print(json.dumps({"bench": "adrl_parity", "cases": names, "semantics": args.semantics, "ok": not failed,
-                      "worst_field": worst, **({"seconds_update": timed} if timed else {})}))
+                      "worst_field": worst, **({"not_replayed": not_replayed} if not_replayed else {}),
+                      **({"seconds_update": timed} if timed else {})}))
     return 1 if failed else 0

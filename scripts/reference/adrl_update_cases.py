@@ -92,6 +92,10 @@ class Case:
     kl_rows: tuple[tuple[int, int], ...] = ()  # (step, thread) rows whose old log-probs are lowered by kl_shift
     kl_shift: float = 0.0
     varied_lengths: bool = True  # observations of different lengths (token level only)
+    # TWOSOME: the second row of the first epoch's first loss chunk gets an old value that puts its
+    # advantage this far from the first row's (0: not set).  A chunk of two nearly equal advantages
+    # is where the chunk's mean and std must be computed with care (docs/adrl_parity.md).
+    near_gap: float = 0.0
 
 
 CASES = (
@@ -107,6 +111,13 @@ CASES = (
     Case("twosome", "TWOSOME", threads=2, steps=4, epochs=2, minibatches=2, cp_steps=2, entropy_coef=0.01,
          lr=3e-3, critic_lr=1e-3, max_grad_norm=0.5, done_at=((1, 1), (3, 0)), kl_rows=((1, 0),),
          kl_shift=0.6, varied_lengths=False),
+    # TWOSOME with a first loss chunk of two advantages 7.6e-6 apart (about 128 float32 ulps at 0.86),
+    # at 2.0e-6 and at 4.0e-5: each chunk's normalised advantages are +-1/sqrt(2) exactly, and a mean
+    # rounded to float32 moves them by up to ulp / gap.
+    Case("twosome_near", "TWOSOME", threads=2, steps=4, epochs=2, minibatches=2, cp_steps=2, entropy_coef=0.01,
+         lr=3e-3, critic_lr=1e-3, max_grad_norm=0.5, done_at=((1, 1), (3, 0)), varied_lengths=False, near_gap=-7.6e-6),
+    Case("twosome_nearer", "TWOSOME", threads=2, steps=4, epochs=1, minibatches=2, cp_steps=2, entropy_coef=0.01,
+         lr=3e-3, critic_lr=1e-3, max_grad_norm=0.5, done_at=((2, 0), (3, 1)), varied_lengths=False, near_gap=2.0e-6),
 )
 
 
@@ -373,6 +384,8 @@ def run_case(case: Case, adrl: dict, model_dir: pathlib.Path, head_sizes: tuple[
         buffer.batch_process_tppo(next_values)
     else:
         buffer.batch_process_appo(next_values)
+    if case.near_gap:
+        set_near_pair(case, buffer, next_values, seed + 4)
 
     initial = ours(agent, lambda p: p)
     trainer_cls = adrl["llm_trainer_tppo"].TPPOTrainer if token_level else adrl["llm_trainer_appo"].APPOTrainer
@@ -382,11 +395,38 @@ def run_case(case: Case, adrl: dict, model_dir: pathlib.Path, head_sizes: tuple[
     start = time.perf_counter()
     trainer.train(buffer)
     seconds = time.perf_counter() - start
+    if case.near_gap:
+        assert np.array_equal(recorder.permutations[0], first_permutation(case, seed + 4)), "order not as predicted"
     final = ours(agent, lambda p: p)
     packed = pack_case(case, agent, buffer, recorder, initial, final, next_values[:, 0], head_sizes, max_new_tokens)
     packed["seconds_update"] = np.array(seconds)
     packed["torch_threads"] = np.array(torch.get_num_threads())
     return packed
+
+
+def first_permutation(case: Case, seed: int) -> np.ndarray:
+    """The row order (ADRL's step-major flat index) the trainer's first epoch draws after `np.random.seed(seed)`."""
+    order = np.arange(case.steps * case.threads)
+    np.random.RandomState(seed).shuffle(order)
+    return order
+
+
+def set_near_pair(case: Case, buffer, next_values, shuffle_seed: int) -> None:
+    """Moves the old value of the first epoch's first loss chunk's second row until its advantage (their
+    buffer's GAE) is `case.near_gap` from the first row's; the GAE is redone by their buffer each time."""
+    chunk = case.steps * case.threads // case.minibatches // case.cp_steps
+    assert case.algo == "TWOSOME" and chunk == 2, "a near pair needs TWOSOME and loss chunks of two rows"
+    first, second = (divmod(int(i), case.threads) for i in first_permutation(case, shuffle_seed)[:2])
+    values = buffer.action_level_v_values[0, :, :, 0]
+    advantages = buffer.action_level_advantages[0, :, :, 0]
+    for _ in range(50):  # the second row's value also moves the first's advantage when it follows it
+        miss = np.float32(advantages[second] - advantages[first] - np.float32(case.near_gap))
+        if miss == 0:
+            break
+        values[second] += miss
+        buffer.batch_process_appo(next_values)
+    print(f"{case.name}: rows {first}, {second} (step, thread) of the first chunk have advantages "
+          f"{advantages[first]:.9g}, {advantages[second]:.9g}")
 
 
 def pack_case(case, agent, buffer, recorder, initial, final, bootstrap, head_sizes, max_new_tokens) -> dict:
@@ -445,6 +485,9 @@ def pack_case(case, agent, buffer, recorder, initial, final, bootstrap, head_siz
     out["approx_kl"] = grid([np.mean([c[1] for c in m["chunks"]]) for m in mbs])
     out["entropy"] = grid([np.mean([c[2] for c in m["chunks"]]) for m in mbs])
     out["value_loss"] = grid([m["value_loss"] for m in mbs])
+    # The normalised advantages their policy loss received, chunks joined: rows as in `orders`.
+    seen = np.stack([np.concatenate(m["chunk_advantages"]) for m in mbs])  # [E * M, size, agents (, tokens)]
+    out["policy_advantages"] = seen.reshape(case.epochs, case.minibatches, size, *seen.shape[3:])
     out["skipped"] = grid([m["skipped"] for m in mbs]).astype(bool)
     out["actor_grad_norm"] = grid([np.sqrt(sum(np.sum(np.square(v)) for k, v in m["actor_grads"].items()
                                                if k.startswith("lora"))) for m in mbs])
