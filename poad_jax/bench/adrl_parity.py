@@ -9,15 +9,21 @@ replays the same update with poad_jax (float32, the authors' semantics:
 largest error over the case's minibatches:
 
 - advantages and returns of the backup (relative, over valid elements);
-- per minibatch: the policy objective (clipped surrogate - entropy bonus, as
-  ADRL's `cal_policy_loss` returns it), value loss, entropy, approximate KL
-  (relative), and the KL skip decision (must be equal);
+- per minibatch: the normalised advantages the policy loss received (files
+  that record them), the policy objective (clipped surrogate - entropy bonus,
+  as ADRL's `cal_policy_loss` returns it), value loss, entropy, approximate KL
+  (relative above a floor), the KL skip decision (must be equal), and the
+  actor's and critic's gradient norms before clipping;
 - per minibatch, the gradient of every LoRA and head tensor before clipping:
   ||ours - theirs|| / ||theirs|| per tensor;
 - the weight changes of the whole update (new - old), likewise.
 
-Exit status 1 when any field is above its tolerance (`TOLERANCES`), 2 for a
-file that is not a case file.  `--semantics=ours` replays with poad_jax's
+Where a loss chunk's advantages nearly coincide, float32 statistics are only
+known to within a rounding the harness measures from both sides' data
+(`authors_rounding`); the actor-side tolerances are widened by it there, and
+the line says so.  Exit status 1 when any field is above its tolerance
+(`TOLERANCES`) or a case cannot be replayed (one line each; the rest of the
+file is still checked), 2 for a file that is not a case file.  `--semantics=ours` replays with poad_jax's
 defaults instead (kl_skip "update", advantages normalised over valid
 elements, one loss chunk): the differences it prints are what the authors'
 semantics change.
