@@ -121,6 +121,21 @@ CASES = (
 )
 
 
+def near_sweep(count: int) -> tuple[Case, ...]:
+    """`count` variants of `twosome_near` (1 epoch): gaps log-spaced from 1.5e-6 to 4e-5, of alternating
+    sign, each in the two episode layouts of `twosome_near` and `twosome_nearer` (docs/adrl_parity.md's
+    16-case measurement is `--near-sweep=16`)."""
+    base = next(case for case in CASES if case.name == "twosome_near")
+    layouts = (((1, 1), (3, 0)), ((2, 0), (3, 1)))
+    gaps = np.geomspace(1.5e-6, 4e-5, (count + 1) // 2)
+    out = []
+    for i, gap in enumerate(gaps):
+        for j, done in enumerate(layouts):
+            sign = 1.0 if (i + j) % 2 else -1.0
+            out.append(dataclasses.replace(base, name=f"near{i}{j}", near_gap=float(sign * gap), done_at=done, epochs=1))
+    return tuple(out[:count])
+
+
 def load_adrl(root: pathlib.Path) -> dict[str, types.ModuleType]:
     """The ADRL modules the update needs, from `root`'s `mappo/`, CPU-ported in memory."""
     for package in ("mappo", "mappo.agents", "mappo.models", "mappo.trainers", "mappo.utils"):
@@ -537,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head-sizes", default="64,32", help="the critic head's two widths (ADRL: 1024,512)")
     parser.add_argument("--cases", default=",".join(c.name for c in CASES))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--near-sweep", type=int, default=0, metavar="N",
+                        help="instead of the committed cases, N TWOSOME cases whose first loss chunk holds two "
+                             "nearly equal advantages (gaps 1.5e-6 to 4e-5)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: the committed cases; the update's time is recorded either way)")
     args = parser.parse_args(argv)
@@ -557,8 +575,9 @@ def main(argv: list[str] | None = None) -> int:
             arrays = {"model/directory": np.array(str(model_dir))}
         arrays["versions"] = np.array(json.dumps({"adrl": ADRL_COMMIT, "torch": torch.__version__,
                                                   "transformers": transformers.__version__}))
-        wanted = args.cases.split(",")
-        for case in CASES:
+        cases = near_sweep(args.near_sweep) if args.near_sweep else CASES
+        wanted = [case.name for case in cases] if args.near_sweep else args.cases.split(",")
+        for case in cases:
             if case.name not in wanted:
                 continue
             result = run_case(case, adrl, model_dir, head_sizes, args.seed)
