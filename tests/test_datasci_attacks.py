@@ -34,7 +34,8 @@ import pytest
 import envs_py
 from envs_py.datasci import isolation, sandbox
 from envs_py.datasci.datasets import load_dataset
-from envs_py.datasci.sandbox import SandboxLimits, evaluate_candidate, roc_auc, sandbox_status, split_indices
+from envs_py.datasci.sandbox import (SandboxLimits, WarmSession, evaluate_candidate, roc_auc, sandbox_status,
+                                     split_indices)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 LIMITS = SandboxLimits(wall_seconds=60.0)  # generous: five sandboxes on a loaded 2-core machine
@@ -476,3 +477,28 @@ def test_unsandboxed_runs_also_give_each_split_a_fresh_process(monkeypatch, bala
         assert not result.sandboxed
         _no_better_than(result, honest_auc)
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------
+# Issue 41: the warm sandbox kept between programs (the env's path), and the cold path kept selectable.
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_attack_run_twice_in_a_kept_warm_sandbox_scores_no_better_than_honest(route, balance_scale, honest_auc):
+    """Two runs of the same attack (one key name) share a kept sandbox: the second finds nothing the first left."""
+    if route == "kernel keyring" and isolation.keyctl_number() is None:
+        pytest.skip("keyctl's number is unknown on this machine")
+    code = attack_program(route)
+    with WarmSession() as session:
+        for _ in range(2):
+            result = session.evaluate(code, *balance_scale, limits=LIMITS)
+            assert result.warm
+            _no_better_than(result, honest_auc)
+
+
+@pytest.mark.parametrize("route", [STACK_WALK, "files through C, past the audit hook",
+                                   "a process left behind, found through /proc"])
+def test_attack_on_the_cold_path_scores_no_better_than_honest(route, balance_scale, honest_auc):
+    result = evaluate_candidate(attack_program(route), *balance_scale, limits=dataclasses.replace(LIMITS, warm=False))
+    assert not result.warm and result.sandboxed
+    _no_better_than(result, honest_auc)

@@ -65,6 +65,12 @@ def multiclass_data():
     return load_dataset("balance_scale")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_shared_warm_sandbox():
+    """The shared warm sandbox of other modules' envs (it ends 2 s after its last program) ends first."""
+    sandbox.close_shared_sessions()
+
+
 @pytest.fixture(scope="module")
 def contained(binary_data):
     """The probe's facts, once it has shown a non-root candidate in its own namespaces.
@@ -110,7 +116,12 @@ def run(tmp_path, binary_data, contained):
         start = time.monotonic()
         result = evaluate_candidate(code, *data, limits=limits, base_dir=base)
         elapsed = time.monotonic() - start
-        assert elapsed < (max_seconds or limits.wall_seconds + GRACE), elapsed
+        # What the code promises: one wall clock per split it started (a failure stops at its split; an honest
+        # program runs all five), plus the kill time, after the warm sandbox's start (its own clock, START_WALL_S).
+        assert 1 <= result.splits_run <= len(split_indices(len(data[1])))
+        assert result.start_seconds < sandbox.START_WALL_S
+        bound = max_seconds or result.start_seconds + limits.wall_seconds * result.splits_run + GRACE
+        assert elapsed < bound, (elapsed, result.start_seconds, result.splits_run)
         assert result.sandboxed
         assert me.children(recursive=True) == []
         assert _open_pipes() == open_pipes  # no pipe left open in the trainer

@@ -21,7 +21,7 @@ from envs_py.base import Observation, StepAfterDoneError, StepResult
 from envs_py.datasci import prompts
 from envs_py.datasci.datasets import load_dataset
 from envs_py.datasci.extract import extract_program
-from envs_py.datasci.sandbox import (CandidateResult, SandboxLimits, evaluate_candidate, require_sandbox,
+from envs_py.datasci.sandbox import (CandidateResult, SandboxLimits, evaluate_candidate, require_sandbox, shared_session,
                                      split_indices)
 
 DEFAULT_MAX_ATTEMPTS = 5
@@ -106,7 +106,9 @@ class DataSciEnv:
         """Runs `program` (a full program defining build_model, as `info["program"]`
         holds it) in the sandbox on this dataset's five splits; no episode state
         changes.  Re-scores a kept best program exactly as training scored it."""
-        return evaluate_candidate(program, self.X, self.y, self.limits, self.splits)
+        session = shared_session() if self.limits.warm else None
+        return evaluate_candidate(program, self.X, self.y, self.limits, self.splits, session=session)
 
     def close(self) -> None:
-        """Nothing to release: each attempt's processes are gone when step returns."""
+        """Nothing to release: each attempt's processes are gone when step returns, and the shared warm
+        sandbox (`shared_session`) ends 2 s after the last program of any env."""

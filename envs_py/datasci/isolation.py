@@ -62,6 +62,9 @@ SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SYSTEM_FILES = ("/etc/ld.so.cache",)
 # Capabilities that bwrap keeps (root only) so that setpriv can drop to `uid`.
 SETPRIV_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
+# Capabilities that the warm sandbox's zygote keeps: new namespaces and mounts
+# for each split, then the split's own drop to `uid`.
+ZYGOTE_CAPS = ("CAP_SYS_ADMIN", *SETPRIV_CAPS)
 # Seconds the inner clock allows beyond the trainer's, so that the trainer's
 # own timeout normally fires first and reports a TimeoutError.
 INNER_CLOCK_SLACK_S = 2
@@ -198,7 +201,8 @@ def _parent_directories(paths: Sequence[str]) -> list[str]:
 
 
 def bwrap_command(python: str, runner: str, uid: int, wall_seconds: float, workdir_bytes: int,
-                  info_fd: int | None = None, is_root: bool | None = None, seccomp_fd: int | None = None) -> list[str]:
+                  info_fd: int | None = None, is_root: bool | None = None, seccomp_fd: int | None = None,
+                  zygote_fd: int | None = None) -> list[str]:
     """Returns the argv that runs `python -I runner SANDBOX_WORKDIR` inside a new sandbox.
 
     `uid` is the host user of the candidate when the trainer is root; see the
@@ -208,9 +212,18 @@ def bwrap_command(python: str, runner: str, uid: int, wall_seconds: float, workd
     `seccomp_fd` (inherited) holds `keyring_filter()`, read by bwrap to its
     end.  Raises SandboxUnavailableError when bwrap, timeout or (root)
     setpriv is missing.
+
+    With `zygote_fd` (an inherited control socket) the command runs
+    `python -I runner SANDBOX_WORKDIR --zygote FD UID` instead: the warm
+    sandbox, whose zygote makes new namespaces, mounts and a new identity for
+    each split itself.  It keeps CAP_SYS_ADMIN for that (and, as root,
+    CAP_SETUID/SETGID/SETPCAP, every other capability dropped; no setpriv:
+    each split's candidate process drops to `uid` itself); its root is
+    read-only, and `wall_seconds` is the clock of the whole sandbox.
     """
     is_root = os.geteuid() == 0 if is_root is None else is_root
-    tools = {name: find_tool(name) for name in ("bwrap", "timeout", *(["setpriv"] if is_root else []))}
+    setpriv = is_root and zygote_fd is None
+    tools = {name: find_tool(name) for name in ("bwrap", "timeout", *(["setpriv"] if setpriv else []))}
     missing = [name for name, path in tools.items() if path is None]
     if missing:
         hint = " (Debian: apt-get install bubblewrap; or run scripts/setup.sh as root)" if "bwrap" in missing else ""
@@ -222,9 +235,13 @@ def bwrap_command(python: str, runner: str, uid: int, wall_seconds: float, workd
         argv += ["--info-fd", str(info_fd)]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
-    if is_root:
+    if zygote_fd is not None:
+        argv += ["--cap-drop", "ALL"] if is_root else []
+        argv += [arg for cap in (ZYGOTE_CAPS if is_root else ZYGOTE_CAPS[:1] + SETPRIV_CAPS[2:])
+                 for arg in ("--cap-add", cap)]
+    elif is_root:
         argv += [arg for cap in SETPRIV_CAPS for arg in ("--cap-add", cap)]
-    else:
+    if not is_root:
         argv += ["--unshare-user", "--disable-userns"]
     parents = _parent_directories([*binds, *SYSTEM_FILES, SANDBOX_RUNNER])
     for parent in parents:
@@ -244,9 +261,14 @@ def bwrap_command(python: str, runner: str, uid: int, wall_seconds: float, workd
         argv += ["--perms", "0555", "--tmpfs", hidden, "--remount-ro", hidden]
     argv += ["--ro-bind", str(runner), SANDBOX_RUNNER, "--proc", "/proc", "--dev", "/dev",
              "--size", str(int(workdir_bytes)), "--perms", "1777", "--tmpfs", SANDBOX_WORKDIR,
-             "--chdir", SANDBOX_WORKDIR, "--"]
+             "--chdir", SANDBOX_WORKDIR]
+    if zygote_fd is not None:
+        argv += ["--remount-ro", "/"]  # the tmpfs root: a split could otherwise leave files there for the next
+    argv += ["--"]
     inner_seconds = int(math.ceil(wall_seconds)) + INNER_CLOCK_SLACK_S
     argv += [tools["timeout"], "-s", "KILL", str(inner_seconds)]
+    if zygote_fd is not None:
+        return argv + [python, "-I", SANDBOX_RUNNER, SANDBOX_WORKDIR, "--zygote", str(zygote_fd), str(int(uid))]
     if is_root:
         argv += [tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]

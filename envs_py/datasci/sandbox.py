@@ -29,6 +29,7 @@ resource limits apply.  See docs/datasci.md.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import dataclasses
 import errno
@@ -39,9 +40,12 @@ import os
 import pathlib
 import platform
 import re
+import math
+import select
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -66,13 +70,19 @@ RESULT_OVERHEAD_BYTES = 1 << 20
 READ_CHUNK = 1 << 16
 PROBE_TAG = "POAD_SANDBOX_PROBE"
 PROBE_WALL_S = 60.0
+# Seconds a warm sandbox may take to start (bwrap, the interpreter, numpy and scikit-learn's core) before its
+# first split's clock starts; a sandbox that does not start in time fails the program that started it.
+START_WALL_S = 60.0
 _GIB = 1 << 30
 _MIB = 1 << 20
+# The warm sandbox's own /sandbox (the zygote's); each split mounts its own tmpfs of limits.workdir_bytes.
+DEFAULT_WORKDIR_BYTES = 1 * _MIB
 _log = logging.getLogger(__name__)
 
 
-__all__ = ["SandboxLimits", "CandidateResult", "SandboxStatus", "SandboxUnavailableError", "evaluate_candidate",
-           "evaluate_many", "require_sandbox", "sandbox_status", "split_indices", "roc_auc"]
+__all__ = ["SandboxLimits", "CandidateResult", "SandboxStatus", "SandboxUnavailableError", "WarmSession",
+           "evaluate_candidate", "evaluate_many", "require_sandbox", "sandbox_status", "shared_session",
+           "close_shared_sessions", "split_indices", "roc_auc"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +105,10 @@ class SandboxLimits:
       allow_unsandboxed: run candidates without bubblewrap when it cannot be
         used (unsafe; a warning is logged).  `$POAD_ALLOW_UNSANDBOXED=1` does
         the same.  Has no effect where the sandbox works.
+      warm: score a program in one sandbox whose zygote imports scikit-learn
+        once and forks a freshly isolated process per split (the default);
+        False gives each split a sandbox and an interpreter of its own (the
+        cold path, as before).  Unsandboxed runs are always cold.
     """
 
     wall_seconds: float = 30.0
@@ -106,6 +120,7 @@ class SandboxLimits:
     workdir_bytes: int = 256 * _MIB
     run_as_uid: int = NOBODY_UID
     allow_unsandboxed: bool = False
+    warm: bool = True
 
     def __post_init__(self):
         for field in ("wall_seconds", "cpu_seconds", "memory_bytes", "file_bytes", "max_processes",
@@ -125,6 +140,11 @@ class CandidateResult:
       seconds: wall-clock seconds the run took.
       network_isolated: whether the candidate saw no network interface but loopback.
       sandboxed: whether it ran inside bubblewrap (False only when allowed unsandboxed).
+      splits_run: how many splits were started (each had its own wall clock).
+      warm: whether the warm sandbox (a zygote forking each split) scored it.
+      start_seconds: seconds this program waited for a warm sandbox to start
+        (bounded by START_WALL_S; 0 in a kept sandbox already started, and
+        on the cold path, where each split's clock covers its start).
     """
 
     success: bool
@@ -133,6 +153,9 @@ class CandidateResult:
     seconds: float = 0.0
     network_isolated: bool = False
     sandboxed: bool = False
+    splits_run: int = 0
+    warm: bool = False
+    start_seconds: float = 0.0
 
     @property
     def mean_auc(self) -> float:
@@ -221,6 +244,9 @@ class _Exchange:
     info: bytearray = dataclasses.field(default_factory=bytearray)
     timed_out: bool = False
     overflow: str = ""  # "result" or "log": the stream that passed its cap
+    status: bytearray = dataclasses.field(default_factory=bytearray)  # the warm sandbox's report of the split
+    background: bytearray = dataclasses.field(default_factory=bytearray)  # the tail of the zygote's own stderr
+    ended: list = dataclasses.field(default_factory=list)  # descriptors that reached their end
 
 
 def _exchange(process: subprocess.Popen, payload: bytes, deadline: float, result_cap: int, log_cap: int,
@@ -230,17 +256,31 @@ def _exchange(process: subprocess.Popen, payload: bytes, deadline: float, result
     Stops early at the deadline (`timed_out`) or when a stream passes its cap
     (`overflow` names it); the caller then ends the process.
     """
+    extra = {} if info_fd is None else {info_fd: "info"}
+    return _exchange_streams(process.stdin, process.stdout, process.stderr, payload, deadline, result_cap, log_cap,
+                             extra)
+
+
+def _exchange_streams(stdin, stdout, stderr, payload: bytes, deadline: float, result_cap: int, log_cap: int,
+                      extra: dict, background: dict | None = None) -> _Exchange:
+    """`_exchange` on any three streams; `extra` {fd: name} are read into `got.info` ("info") or `got.status`.
+
+    The exchange ends when every stream but stdin and `background` ({fd:
+    name}, read into `got.background` but never waited for) has reached its end.
+    """
     got = _Exchange()
     selector = selectors.DefaultSelector()
     pending = memoryview(payload)
-    os.set_blocking(process.stdin.fileno(), False)
-    selector.register(process.stdin, selectors.EVENT_WRITE, "stdin")
-    selector.register(process.stdout, selectors.EVENT_READ, "result")
-    selector.register(process.stderr, selectors.EVENT_READ, "log")
-    if info_fd is not None:
-        selector.register(info_fd, selectors.EVENT_READ, "info")
+    os.set_blocking(stdin.fileno(), False)
+    selector.register(stdin, selectors.EVENT_WRITE, "stdin")
+    selector.register(stdout, selectors.EVENT_READ, "result")
+    selector.register(stderr, selectors.EVENT_READ, "log")
+    for fd, name in extra.items():
+        selector.register(fd, selectors.EVENT_READ, name)
+    for fd in background or {}:
+        selector.register(fd, selectors.EVENT_READ, "background")
     try:
-        while any(key.data != "stdin" for key in selector.get_map().values()):
+        while any(key.data not in ("stdin", "background") for key in selector.get_map().values()):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 got.timed_out = True
@@ -255,11 +295,12 @@ def _exchange(process: subprocess.Popen, payload: bytes, deadline: float, result
                         pending = pending[:0]
                     if not pending:
                         selector.unregister(key.fileobj)
-                        process.stdin.close()
+                        stdin.close()
                     continue
                 data = os.read(key.fd, READ_CHUNK)
                 if not data:
                     selector.unregister(key.fileobj)
+                    got.ended.append(key.fd)
                     continue
                 if key.data == "result":
                     got.result += data
@@ -272,8 +313,12 @@ def _exchange(process: subprocess.Popen, payload: bytes, deadline: float, result
                     if got.log_bytes > log_cap:
                         got.overflow = "log"
                         return got
-                else:
+                elif key.data == "info":
                     got.info += data[:READ_CHUNK]
+                elif key.data == "background":
+                    got.background = (got.background + data)[-4 * ERROR_TAIL_CHARS:]
+                else:
+                    got.status += data[:READ_CHUNK]
         return got
     finally:
         selector.close()
@@ -451,6 +496,382 @@ def _run_unsandboxed(payload: bytes, deadline: float, result_cap: int, log_cap: 
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+class _WarmSandbox:
+    """One bubblewrap sandbox whose zygote has imported numpy and scikit-learn and forks a fresh split per request.
+
+    The zygote (`_runner.py --zygote`) never reads a job and never runs
+    candidate code.  Each request carries four new descriptors, passed over
+    the control socket: the split's job pipe, result pipe, log pipe and a
+    status socket.  The zygote forks a watcher; the watcher makes a new PID
+    namespace whose first process makes new mount, IPC, network and UTS
+    namespaces, a fresh /proc and a fresh tmpfs working directory, and forks
+    the candidate's process, which drops its privileges and reads its own job.
+    The split's processes hold only that split's descriptors, so the streams
+    reach their end when its namespace is gone, and the watcher's status
+    report comes after that.  `lifetime_s` is the clock of the whole sandbox
+    (the `timeout` around the zygote); each split has its own clock too.
+    """
+
+    def __init__(self, python: str, run_as_uid: int, lifetime_s: float, deadline: float):
+        self.run_as_uid = run_as_uid
+        self.expires = time.monotonic() + lifetime_s
+        self.process = None
+        self.info = b""
+        self.zygote_log = bytearray()
+        self._release = threading.Event()
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        info_r, info_w = os.pipe()
+        seccomp_r = None
+        try:
+            seccomp_r = _filter_pipe()
+            argv = isolation.bwrap_command(python, str(RUNNER), run_as_uid, lifetime_s, DEFAULT_WORKDIR_BYTES,
+                                           info_fd=info_w, seccomp_fd=seccomp_r, zygote_fd=theirs.fileno())
+            self._start(argv, (info_w, seccomp_r, theirs.fileno()))
+        except BaseException:
+            self.control.close()
+            os.close(info_r)
+            raise
+        finally:
+            theirs.close()
+            os.close(info_w)
+            if seccomp_r is not None:
+                os.close(seccomp_r)
+        try:
+            self.info = _read_to_end(info_r, deadline)  # bwrap's JSON: the host pid of the sandbox's first process
+        finally:
+            os.close(info_r)
+        self.ready = False
+        self._ready_lock = threading.Lock()
+
+    def wait_ready(self, deadline: float) -> bool:
+        """Waits until the zygote has imported numpy and scikit-learn (its "ready"), or the deadline."""
+        with self._ready_lock:  # one reader of the control socket; the others find `ready` set
+            return self._wait_ready(deadline)
+
+    def _wait_ready(self, deadline: float) -> bool:
+        while not self.ready and time.monotonic() < deadline:
+            if not select.select([self.control], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                break
+            try:
+                message = self.control.recv(64)
+            except OSError:
+                message = b""
+            if message != b"ready":
+                break  # the zygote is gone
+            self.ready = True
+        return self.ready
+
+    def _start(self, argv: list[str], inherited: tuple[int, ...]) -> None:
+        """Starts bwrap from a thread of its own that lives until `close`.
+
+        bwrap's --die-with-parent follows the thread that started it: started
+        from a pool's worker, the sandbox would die with that thread while
+        other threads still use it.  The keeper thread ends only after close.
+        """
+        started = threading.Event()
+        failure = []
+
+        def keep():
+            try:
+                self.process = subprocess.Popen(
+                    argv, cwd="/", env=scrubbed_environment(isolation.SANDBOX_WORKDIR), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                    pass_fds=inherited)
+            except BaseException as error:  # noqa: BLE001 - handed to the starting thread
+                failure.append(error)
+                return
+            finally:
+                started.set()
+            self._release.wait()
+
+        threading.Thread(target=keep, name="poad-warm-sandbox", daemon=True).start()
+        started.wait()
+        if failure:
+            raise failure[0]
+
+    def run_split(self, payload: bytes, limits: SandboxLimits, deadline: float, result_cap: int,
+                  log_cap: int) -> tuple[int | None, _Exchange]:
+        """Runs one split's job in a fresh split of this sandbox; returns (its exit status or None, what it sent).
+
+        A split that overruns its clock or a cap is killed (its whole PID
+        namespace) before this returns; when that cannot be confirmed the
+        sandbox is ended (`alive` turns False).
+        """
+        pipes = [os.pipe() for _ in range(3)]
+        (job_r, job_w), (result_r, result_w), (log_r, log_w) = pipes
+        status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        request = {"inner_seconds": math.ceil(limits.wall_seconds) + isolation.INNER_CLOCK_SLACK_S,
+                   "workdir_bytes": limits.workdir_bytes}
+        try:
+            socket.send_fds(self.control, [json.dumps(request).encode()], [job_r, result_w, log_w, theirs.fileno()])
+        except OSError:
+            pass  # the zygote is gone: the streams below end at once and the split has no result
+        finally:
+            for fd in (job_r, result_w, log_w):
+                os.close(fd)
+            theirs.close()
+        streams = [open(job_w, "wb", buffering=0), open(result_r, "rb", buffering=0), open(log_r, "rb", buffering=0)]
+        background = {self.process.stderr.fileno(): "zygote"} if self.process.stderr is not None else {}
+        try:
+            got = _exchange_streams(*streams, payload, deadline, result_cap, log_cap, {status.fileno(): "status"},
+                                    background)
+            self._keep_zygote_log(got)
+            if got.timed_out or got.overflow:
+                self._kill_split(status, got)
+        finally:
+            for stream in streams:
+                stream.close()
+            status.close()
+        returncode = _reported_status(got.status)
+        if returncode is None:
+            self.end()  # no report: the watcher is gone, and so nothing shows that the split's namespace is
+        return returncode, got
+
+    def _keep_zygote_log(self, got: _Exchange) -> None:
+        self.zygote_log = (self.zygote_log + got.background)[-4 * ERROR_TAIL_CHARS:]
+        if self.process.stderr is not None and self.process.stderr.fileno() in got.ended:
+            self.process.stderr.close()
+            self.process.stderr = None
+
+    def _kill_split(self, status: socket.socket, got: _Exchange) -> None:
+        """Asks the split's watcher to kill its namespace and waits for its report; ends the sandbox without one."""
+        try:
+            status.send(b"k")
+        except OSError:
+            pass
+        deadline = time.monotonic() + KILL_WAIT_S
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([status], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            try:
+                data = status.recv(READ_CHUNK)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            got.status += data
+        if _reported_status(got.status) is None:
+            self.end()  # the watcher did not report that the split's namespace is gone: end the whole sandbox
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def end(self) -> None:
+        """Kills the whole sandbox at once."""
+        if self.process is not None:
+            _end_sandbox(self.process, self.info)
+
+    def close(self) -> None:
+        """Ends the sandbox at once (no split of it runs any more; the zygote may be busy importing) and waits for bwrap."""
+        self.control.close()
+        try:
+            if self.process is None:
+                return
+            self.end()
+            if self.process.stderr is not None:
+                self.process.stderr.close()
+                self.process.stderr = None
+        finally:
+            self._release.set()
+
+
+def _reported_status(report: bytes) -> int | None:
+    """The exit status in a split watcher's report, or None when there is no valid report."""
+    try:
+        return int(json.loads(bytes(report))["returncode"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _read_to_end(fd: int, deadline: float) -> bytes:
+    """Reads `fd` to its end or until the deadline."""
+    data = bytearray()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            return bytes(data)
+        chunk = os.read(fd, READ_CHUNK)
+        if not chunk:
+            return bytes(data)
+        data += chunk
+
+
+def _evaluate_warm(code, X, y, limits, splits, python, session: "WarmSession | None" = None) -> CandidateResult:
+    """Scores `code` split by split in a warm sandbox (`_WarmSandbox`); stops at the first failure.
+
+    The sandbox is the session's (shared, kept) or, without one, this
+    program's own, ended before this returns.  Each split has its own wall
+    clock, as on the cold path; the first one also covers the sandbox's start
+    and the zygote's imports when they happen for this program.
+    """
+    start = time.monotonic()
+    classes = np.unique(y)
+    aucs, isolated, printed = [], True, 0
+    budget = START_WALL_S + len(splits) * (math.ceil(limits.wall_seconds) + isolation.INNER_CLOCK_SLACK_S) + KILL_WAIT_S
+    if session is None:
+        warm = _WarmSandbox(python, limits.run_as_uid, budget, start + START_WALL_S)
+    else:
+        warm = session._acquire(limits.run_as_uid, budget, start + START_WALL_S)
+    try:
+        ready = warm.wait_ready(start + START_WALL_S)
+        started = time.monotonic() - start
+        if not ready:
+            tail = bytes(warm.zygote_log).decode("utf-8", "replace").strip()[-ERROR_TAIL_CHARS:]
+            return CandidateResult(False, error=f"TimeoutError: the sandbox did not start within {START_WALL_S:g} s"
+                                   + (f":\n{tail}" if tail else ""), seconds=started, sandboxed=True, warm=True,
+                                   start_seconds=started)
+        for index, (train, test) in enumerate(splits):
+            payload = job_payload(code, X[train], y[train], X[test], classes, limits, True)
+            cap = _result_cap(len(test), len(classes))
+            log_cap = limits.max_output_chars - printed
+            deadline = time.monotonic() + limits.wall_seconds
+            returncode, got = warm.run_split(payload, limits, deadline, cap, log_cap)
+            printed += got.log_bytes
+            if returncode is None and not (got.timed_out or got.overflow):
+                got.log_tail += b"\n" + bytes(warm.zygote_log)
+            outcome = _split_outcome(got, returncode, y[test], classes, index, limits, True)
+            isolated = isolated and outcome.network_isolated
+            if outcome.error:
+                return CandidateResult(False, error=outcome.error, seconds=time.monotonic() - start,
+                                       network_isolated=isolated, sandboxed=True, splits_run=index + 1, warm=True,
+                                       start_seconds=started)
+            aucs.append(outcome.auc)
+    finally:
+        if session is None:
+            warm.close()
+        else:
+            session._release(warm)
+    return CandidateResult(True, tuple(aucs), seconds=time.monotonic() - start, network_isolated=isolated,
+                           sandboxed=True, splits_run=len(splits), warm=True, start_seconds=started)
+
+
+class WarmSession:
+    """Keeps a warm sandbox between programs, so that the zygote's imports are paid once for many programs.
+
+    Thread-safe: programs scored at the same time share the sandbox, each
+    split in namespaces of its own.  The sandbox ends `idle_s` after its last
+    program, at `close`, and when its clock (`lifetime_s`) would not cover
+    the next program (a new one starts then).  Each program's splits are
+    isolated exactly as with a sandbox of its own: the zygote never runs
+    candidate code and never holds a job.
+    """
+
+    def __init__(self, python: str = sys.executable, idle_s: float = 2.0, lifetime_s: float = 3600.0):
+        self.python, self.idle_s, self.lifetime_s = python, float(idle_s), float(lifetime_s)
+        self._lock = threading.Lock()
+        self._current: _WarmSandbox | None = None
+        self._users: dict[int, int] = {}  # id(sandbox) -> programs using it
+        self._retired: list[_WarmSandbox] = []
+        self._timer: threading.Timer | None = None
+        self._closed = False
+
+    def evaluate(self, code: str, X: np.ndarray, y: np.ndarray, limits: SandboxLimits = SandboxLimits(),
+                 splits=None) -> CandidateResult:
+        """`evaluate_candidate` through this session's sandbox (the cold or unsandboxed path where it applies)."""
+        return evaluate_candidate(code, X, y, limits, splits, python=self.python, session=self)
+
+    def _acquire(self, run_as_uid: int, budget_s: float, deadline: float) -> _WarmSandbox:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the warm session is closed")
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            current = self._current
+            if current is not None and not (current.alive and current.run_as_uid == run_as_uid
+                                            and time.monotonic() + budget_s < current.expires):
+                self._retire(current)
+                current = self._current = None
+            if current is None:
+                current = self._current = _WarmSandbox(self.python, run_as_uid, max(self.lifetime_s, budget_s),
+                                                       deadline)
+            self._users[id(current)] = self._users.get(id(current), 0) + 1
+            return current
+
+    def _release(self, sandbox: _WarmSandbox) -> None:
+        to_close = []
+        with self._lock:
+            self._users[id(sandbox)] -= 1
+            if self._users[id(sandbox)] == 0:
+                if sandbox is not self._current or not sandbox.alive:
+                    del self._users[id(sandbox)]
+                    to_close.append(sandbox)
+                    if sandbox is self._current:
+                        self._current = None
+                    if sandbox in self._retired:
+                        self._retired.remove(sandbox)
+                elif self.idle_s <= 0:
+                    self._current = None
+                    del self._users[id(sandbox)]
+                    to_close.append(sandbox)
+                else:
+                    self._timer = threading.Timer(self.idle_s, self._close_if_idle, args=(sandbox,))
+                    self._timer.daemon = True
+                    self._timer.start()
+        for sandbox in to_close:
+            sandbox.close()
+
+    def _retire(self, sandbox: _WarmSandbox) -> None:
+        """(lock held) `sandbox` takes no new program; it closes when its last one ends."""
+        if self._users.get(id(sandbox), 0) == 0:
+            self._users.pop(id(sandbox), None)
+            threading.Thread(target=sandbox.close, daemon=True).start()
+        else:
+            self._retired.append(sandbox)
+
+    def _close_if_idle(self, sandbox: _WarmSandbox) -> None:
+        with self._lock:
+            if sandbox is not self._current or self._users.get(id(sandbox), 0):
+                return
+            self._current = None
+            self._users.pop(id(sandbox), None)
+        sandbox.close()
+
+    def close(self) -> None:
+        """Ends the session's sandbox now (programs still running on it fail); the session takes no more."""
+        with self._lock:
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+            boxes = [box for box in (self._current, *self._retired) if box is not None]
+            self._current, self._retired, self._users = None, [], {}
+        for box in boxes:
+            box.close()
+
+    def __enter__(self) -> "WarmSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_shared_lock = threading.Lock()
+_shared_sessions: dict[str, WarmSession] = {}
+
+
+def shared_session(python: str = sys.executable) -> WarmSession:
+    """The process's warm session for `python` (DataSciEnv's): its sandbox ends 2 s after its last program."""
+    with _shared_lock:
+        session = _shared_sessions.get(python)
+        if session is None or session._closed:
+            session = _shared_sessions[python] = WarmSession(python)
+        return session
+
+
+def close_shared_sessions() -> None:
+    """Ends every shared warm session's sandbox now (at exit, and for tests that count processes)."""
+    with _shared_lock:
+        sessions = list(_shared_sessions.values())
+        _shared_sessions.clear()
+    for session in sessions:
+        session.close()
+
+
+atexit.register(close_shared_sessions)
+
+
 def _result_cap(num_test: int, num_classes: int) -> int:
     """Bytes one split's result stream may hold: its float64 probabilities plus overhead."""
     return num_test * num_classes * 8 + RESULT_OVERHEAD_BYTES
@@ -490,10 +911,10 @@ def _evaluate(code, X, y, limits, splits, base_dir, python, sandboxed: bool) -> 
         isolated = isolated and outcome.network_isolated
         if outcome.error:
             return CandidateResult(False, error=outcome.error, seconds=time.monotonic() - start,
-                                   network_isolated=isolated, sandboxed=sandboxed)
+                                   network_isolated=isolated, sandboxed=sandboxed, splits_run=index + 1)
         aucs.append(outcome.auc)
     return CandidateResult(True, tuple(aucs), seconds=time.monotonic() - start, network_isolated=isolated,
-                           sandboxed=sandboxed)
+                           sandboxed=sandboxed, splits_run=len(splits))
 
 
 def _split_outcome(got: _Exchange, returncode: int, y_test, classes, index: int, limits: SandboxLimits,
@@ -536,7 +957,9 @@ def _read_result(data: bytes, log: bytes, y_test, classes, index: int, returncod
         return _SplitOutcome(error=f"{type(error).__name__}: {error}", network_isolated=isolated)
 
 
-def _describe_exit(returncode: int, sandboxed: bool = False) -> str:
+def _describe_exit(returncode: int | None, sandboxed: bool = False) -> str:
+    if returncode is None:
+        return "ended with its sandbox"
     # Inside bubblewrap a signal death reaches us as 128 + signal (timeout's and bwrap's convention).
     number = -returncode if returncode < 0 else (returncode - 128 if sandboxed and returncode > 128 else 0)
     if number:
@@ -634,14 +1057,17 @@ def probe_problems(facts: dict, trainer_uid: int, expected_uid: int) -> list[str
     return problems
 
 
-def run_probe(python: str = sys.executable, run_as_uid: int = NOBODY_UID) -> SandboxStatus:
-    """Runs the probe program as a candidate inside bubblewrap and checks what it reports."""
+def run_probe(python: str = sys.executable, run_as_uid: int = NOBODY_UID, warm: bool = True) -> SandboxStatus:
+    """Runs the probe program as a candidate inside bubblewrap (warm or cold path) and checks what it reports."""
     X = np.arange(8, dtype=np.float64).reshape(4, 2)
     y = np.array([0, 1, 0, 1])
     splits = [(np.array([0, 1]), np.array([2, 3]))]
-    limits = SandboxLimits(wall_seconds=PROBE_WALL_S, run_as_uid=run_as_uid)
+    limits = SandboxLimits(wall_seconds=PROBE_WALL_S, run_as_uid=run_as_uid, warm=warm)
     try:
-        result = _evaluate(PROBE_CODE, X, y, limits, splits, None, python, sandboxed=True)
+        if warm:
+            result = _evaluate_warm(PROBE_CODE, X, y, limits, splits, python)
+        else:
+            result = _evaluate(PROBE_CODE, X, y, limits, splits, None, python, sandboxed=True)
     except (SandboxUnavailableError, OSError) as error:
         return SandboxStatus(False, str(error))
     marker = f"RuntimeError: {PROBE_TAG} "
@@ -653,17 +1079,42 @@ def run_probe(python: str = sys.executable, run_as_uid: int = NOBODY_UID) -> San
 
 
 _status_lock = threading.Lock()
-_statuses: dict[tuple[str, int], SandboxStatus] = {}
+_statuses: dict[tuple[str, int, bool], SandboxStatus] = {}
 _warned_unsandboxed = False
+_warned_cold = False
 
 
-def sandbox_status(python: str = sys.executable, run_as_uid: int = NOBODY_UID) -> SandboxStatus:
-    """Returns `run_probe(python, run_as_uid)`, probed once per process."""
-    key = (python, run_as_uid)
+def sandbox_status(python: str = sys.executable, run_as_uid: int = NOBODY_UID, warm: bool = True) -> SandboxStatus:
+    """Returns `run_probe(python, run_as_uid, warm)`, probed once per process."""
+    key = (python, run_as_uid, warm)
     with _status_lock:
         if key not in _statuses:
-            _statuses[key] = run_probe(python, run_as_uid)
+            _statuses[key] = run_probe(python, run_as_uid, warm)
         return _statuses[key]
+
+
+def _sandbox_mode(limits: SandboxLimits, python: str) -> str:
+    """Returns "warm", "cold" or "none" (unsandboxed, explicitly allowed); raises as `require_sandbox` does.
+
+    The warm path is used when asked for and its probe holds; where it does
+    not (the kernel refuses the zygote its mounts, say) but the cold path
+    holds, each split gets a sandbox of its own, with a warning once.
+    """
+    global _warned_cold
+    if limits.warm:
+        status = sandbox_status(python, limits.run_as_uid, warm=True)
+        if status.ok:
+            return "warm"
+    cold = dataclasses.replace(limits, warm=False)
+    if not require_sandbox(cold, python):
+        return "none"
+    if limits.warm:
+        with _status_lock:
+            if not _warned_cold:
+                _warned_cold = True
+                _log.warning("the warm sandbox does not hold here (%s); each split gets a sandbox and an "
+                             "interpreter of its own (slower)", status.reason)
+    return "cold"
 
 
 def require_sandbox(limits: SandboxLimits = SandboxLimits(), python: str = sys.executable) -> bool:
@@ -674,9 +1125,13 @@ def require_sandbox(limits: SandboxLimits = SandboxLimits(), python: str = sys.e
     without it.  The unsandboxed case logs a warning once per process.
     """
     global _warned_unsandboxed
-    status = sandbox_status(python, limits.run_as_uid)
+    status = sandbox_status(python, limits.run_as_uid, warm=limits.warm)
     if status.ok:
         return True
+    if limits.warm and sandbox_status(python, limits.run_as_uid, warm=False).ok:
+        return True  # the cold path holds: `_sandbox_mode` takes it
+    if limits.warm:
+        status = sandbox_status(python, limits.run_as_uid, warm=False)
     if not (limits.allow_unsandboxed or isolation.allow_unsandboxed_from_env()):
         raise SandboxUnavailableError(
             f"refusing to run model-written code without the sandbox: {status.reason}. Install bubblewrap "
@@ -699,19 +1154,25 @@ def evaluate_candidate(
     splits=None,
     base_dir: str | os.PathLike | None = None,
     python: str = sys.executable,
+    session: WarmSession | None = None,
 ) -> CandidateResult:
     """Runs `code` (defining build_model) in the sandbox and returns its scores.
 
     `splits` defaults to `split_indices(len(y))`.  `base_dir` holds the
-    temporary directory of the unsandboxed mode only.  Never raises for
+    temporary directory of the unsandboxed mode only.  On the warm path
+    (`limits.warm`, the default) the program gets a warm sandbox of its own,
+    ended before this returns, unless `session` lends it one that is kept
+    between programs (`WarmSession`).  Never raises for
     anything the candidate does: crashes, timeouts and bad outputs become
     `CandidateResult(success=False, error=...)`.  Raises
     SandboxUnavailableError when the sandbox does not hold here (see
     `require_sandbox`).
     """
     splits = split_indices(len(y)) if splits is None else splits
-    sandboxed = require_sandbox(limits, python)
-    return _evaluate(code, X, y, limits, splits, base_dir, python, sandboxed)
+    mode = _sandbox_mode(limits, python)
+    if mode == "warm":
+        return _evaluate_warm(code, X, y, limits, splits, python, session)
+    return _evaluate(code, X, y, limits, splits, base_dir, python, sandboxed=mode == "cold")
 
 
 def evaluate_many(
@@ -721,9 +1182,14 @@ def evaluate_many(
     limits: SandboxLimits = SandboxLimits(),
     max_workers: int | None = None,
 ) -> list[CandidateResult]:
-    """Returns `evaluate_candidate` of each code, run `max_workers` at a time (threads)."""
+    """Returns `evaluate_candidate` of each code, run `max_workers` at a time (threads).
+
+    On the warm path the programs share one warm sandbox (`WarmSession`),
+    ended before this returns.
+    """
     splits = split_indices(len(y))
     require_sandbox(limits)
     workers = max_workers or min(len(codes), os.cpu_count() or 1) or 1
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda code: evaluate_candidate(code, X, y, limits, splits), codes))
+    with WarmSession(idle_s=0.0 if len(codes) <= 1 else 60.0) as session, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda code: evaluate_candidate(code, X, y, limits, splits, session=session), codes))
