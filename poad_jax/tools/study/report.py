@@ -442,17 +442,20 @@ def plot_curves(study: Study, results: list[GroupResult], path: pathlib.Path, wh
         for axis in row:
             for handle, label in zip(*axis.get_legend_handles_labels()):
                 seen.setdefault(label, handle)
-    figure.legend(list(seen.values()), list(seen.keys()), loc="lower center", ncol=min(len(seen), 4), fontsize=8,
-                  frameon=False)
+    columns_fit = max(1, int(figure.get_figwidth() * 12 / max(len(label) + 6 for label in seen)))  # ~12 chars/inch
+    legend_columns = max(1, min(len(seen), 4, columns_fit))
+    # Below the axes, outside the figure: the saved image grows to hold it (bbox_inches="tight").
+    figure.legend(list(seen.values()), list(seen.keys()), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                  ncol=legend_columns, fontsize=8, frameon=False)
     subtitle = f"mean ± std over seeds, moving average of {window} updates" if window > 1 else "mean ± std over seeds"
     if which == "return" and any(r.theory is not None for r in results):
         subtitle += "; dotted: optimum under the method's discount"
     if which == "return" and any(r.label in reference for r in results):
         subtitle += f"; dashed: {reference_label}"
-    figure.suptitle(textwrap.fill(f"{study.name}: {subtitle}", width=90), fontsize=10)  # a long one is not clipped
-    legend_rows = math.ceil(len(seen) / 4)
-    figure.tight_layout(rect=(0, 0.04 + 0.035 * legend_rows, 1, 0.95))
-    figure.savefig(path, dpi=90)
+    title_width = max(40, int(figure.get_figwidth() * 11))  # characters of a 10-point line across the figure
+    figure.suptitle(textwrap.fill(f"{study.name}: {subtitle}", width=title_width), fontsize=10)  # never clipped
+    figure.tight_layout(rect=(0, 0, 1, 0.95))
+    figure.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(figure)
 
 
