@@ -503,7 +503,7 @@ def zygote(control_fd, uid):
         if not message:
             os._exit(0)  # the trainer closed the control socket: the sandbox ends
         if len(fds) == 4:
-            request = {"uid": uid, **json.loads(message)}
+            request = {**json.loads(message), "uid": uid}  # the uid of the command line, never the message's
             if os.fork() == 0:
                 try:
                     control.close()
