@@ -21,8 +21,8 @@ from envs_py.base import Observation, StepAfterDoneError, StepResult
 from envs_py.datasci import prompts
 from envs_py.datasci.datasets import load_dataset
 from envs_py.datasci.extract import extract_program
-from envs_py.datasci.sandbox import (CandidateResult, SandboxLimits, evaluate_candidate, require_sandbox, shared_session,
-                                     split_indices)
+from envs_py.datasci.sandbox import (CandidateResult, SandboxLimits, evaluate_candidate, require_sandbox,
+                                     shared_session, split_indices)
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_TIMEOUT_S = 30.0

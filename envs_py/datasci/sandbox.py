@@ -664,7 +664,7 @@ class _WarmSandbox:
             _end_sandbox(self.process, self.info)
 
     def close(self) -> None:
-        """Ends the sandbox at once (no split of it runs any more; the zygote may be busy importing) and waits for bwrap."""
+        """Ends the sandbox at once and waits for bwrap (no split runs any more; the zygote may be importing)."""
         self.control.close()
         try:
             if self.process is None:
