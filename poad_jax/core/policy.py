@@ -192,26 +192,12 @@ def action_policy_terms(
     return terms
 
 
-def action_logprobs(
-    graph: PolicyGraph,
-    frozen: FrozenBase,
-    actor_lora,
-    tokens: jax.Array,
-    positions: jax.Array,
-    key_mask: jax.Array,
-    prompt_len: int,
-    temperature: float,
-    allowed_tokens: jax.Array | None = None,
-    allowed_mask: jax.Array | None = None,
-) -> tuple[jax.Array, jax.Array]:
-    """log pi(w_j | o, w^{<j}) and the policy's entropy at each action column.
-
-    The policy is softmax(logits / temperature), the distribution the sampler
-    draws from, restricted to the allowed tokens where `allowed_mask` says so
-    (see `token_policy_terms`).  Returns `(logprobs [N, A], entropy [N, A])`.
-    """
-    terms = action_policy_terms(graph, frozen, actor_lora, tokens, positions, key_mask, prompt_len, temperature,
-                                allowed_tokens, allowed_mask)
+def action_logprobs(*args, **kwargs) -> tuple[jax.Array, jax.Array]:
+    """log pi(w_j | o, w^{<j}) and the policy's entropy at each action column, `(logprobs [N, A],
+    entropy [N, A])`: `action_policy_terms`'s offered distribution (its arguments): softmax(logits /
+    temperature), the distribution the sampler draws from, restricted to the allowed tokens where
+    `allowed_mask` says so."""
+    terms = action_policy_terms(*args, **kwargs)
     return terms.logprobs_offered, terms.entropy_offered
 
 
