@@ -306,13 +306,17 @@ def exit_quietly_on_interrupt(line: str) -> None:
     signal.signal(signal.SIGINT, leave)
 
 
-def cli(argv: list[str] | None = None) -> None:
+def cli(argv: list[str] | None = None, restore_interrupt: bool = False) -> None:
+    """The command.  `restore_interrupt`: SIGINT gets Python's KeyboardInterrupt back once the
+    command line is read (`poad_jax/train.py` leaves at once on a Ctrl-C before that)."""
     argv = list(sys.argv if argv is None else argv)
     try:
         config, workdir = parse_command_line(argv)
     except KeyboardInterrupt:
         print("\ninterrupted before the run started; nothing was written", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
+    if restore_interrupt:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     status = main(config, workdir, argv=argv, command=True)
     if status == EXIT_INTERRUPTED:
         # Ctrl-C during a background checkpoint save can leave one of Orbax's worker threads

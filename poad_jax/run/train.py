@@ -232,12 +232,14 @@ def vocabulary_warning(tokenizer, observations: list[envs_py.Observation]) -> st
     tokenizer covers any text; a prompt word it lacks costs less, and the toy's own prompts have some)."""
     if not hasattr(tokenizer, "unknown_words"):
         return None
-    actions = list(dict.fromkeys(a for o in observations for a in o.actions))
+    actions = list(dict.fromkeys(a for o in observations for a in (o.actions or ())))  # free-form: none
     unknown = list(dict.fromkeys(w for action in actions for w in tokenizer.unknown_words(action)))
     if not unknown:
         return None
     same = []  # actions offered together that encode alike
     for observation in observations:
+        if not observation.actions:
+            continue
         encoded = [tuple(tokenizer.encode(a)) for a in observation.actions]
         same += [a for a, e in zip(observation.actions, encoded) if encoded.count(e) > 1 and a not in same]
     shown = ", ".join(repr(w) for w in unknown[:6]) + (", ..." if len(unknown) > 6 else "")
