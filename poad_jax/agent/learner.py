@@ -26,6 +26,7 @@ state is donated, so the update runs in place.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import chex
@@ -263,101 +264,8 @@ def build_update(
         chex.assert_shape(minibatch_orders, (config.epochs, config.num_minibatches, None))
         if row_groups != 1:
             raise ValueError("fixed minibatch orders are for one row group")
-    actor_opt, critic_opt = make_optimizers(config)
     traces = {"count": 0}
-
-    def minibatch_loss(params, frozen, mb: TokenBatch, advantages, returns, policy_weights, value_weights):
-        """The minibatch's loss as weighted sums: `policy_weights` (the policy, entropy
-        and KL terms) and `value_weights` (the value term) hold this micro-batch's
-        share of the minibatch's means (`minibatch_weights`)."""
-        logprobs, entropy, entropies, values, _ = policy_and_value_terms(graph, frozen, params, mb, method, config)
-        if config.entropy_scope == "offered":
-            entropy = entropies["entropy_offered"]
-        total = lambda x, w: jnp.sum(x * w)
-        surrogate = losses.clipped_surrogate(logprobs, mb.old_logprobs, advantages, config.clip_eps)
-        stats = {}
-        if config.behaviour_correction == "importance":
-            weights = importance_weights(mb.old_logprobs, mb.behaviour_logprobs, config.importance_weight_clip)
-            surrogate = surrogate * weights
-            stats["importance_weight"] = total(weights, policy_weights)
-        policy_loss = total(surrogate, policy_weights)
-        value_loss = total(losses.clipped_value_error(values, mb.old_values, returns, config.value_clip_eps),
-                           value_weights)
-        entropy_mean = total(entropy, policy_weights)
-        loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy_mean
-        stats.update({
-            "policy_loss": policy_loss,
-            "value_loss": value_loss,
-            "entropy": entropy_mean,
-            "approx_kl": total(losses.k3_kl(logprobs, mb.old_logprobs), policy_weights),
-            "clip_fraction": total(losses.outside_clip(logprobs, mb.old_logprobs, config.clip_eps), policy_weights),
-        })
-        stats.update({name: total(value, policy_weights) for name, value in entropies.items()})
-        return loss, stats
-
-    grad_fn = jax.value_and_grad(minibatch_loss, has_aux=True)
-
-    def minibatch_step(carry, minibatch_index, frozen, batch, advantages, returns):
-        state = carry
-        mb = _take_group_rows(batch, minibatch_index)
-        mb_adv = _take_group_rows(advantages, minibatch_index)
-        mb_ret = _take_group_rows(returns, minibatch_index)
-        mask = method.scheme.valid(mb)
-        if config.normalize_advantages:
-            mb_adv = normalized_advantages(mb_adv, mask, method.scheme.token_level, config)
-        policy_weights = losses.chunk_weights(mask, config.loss_chunks)
-        value_weights = losses.chunk_weights(mask, 1)
-        micro = config.accumulation_steps
-        groups, group_rows = minibatch_index.shape
-        micro_rows = group_rows // micro  # micro-batch j: chunk j of every group's rows
-        micro_index = jnp.broadcast_to(
-            jnp.arange(group_rows).reshape(micro, 1, micro_rows), (micro, groups, micro_rows)
-        )
-
-        def accumulate(acc, index):
-            take = lambda tree: _take_group_rows(tree, index)
-            (loss, stats), grads = grad_fn(
-                state.params, frozen, take(mb), take(mb_adv), take(mb_ret), take(policy_weights), take(value_weights),
-            )
-            acc = jax.tree.map(jnp.add, acc, (loss, stats, grads))
-            return acc, None
-
-        first = lambda tree: _take_group_rows(tree, micro_index[0])
-        shapes = jax.eval_shape(grad_fn, state.params, frozen, first(mb), first(mb_adv), first(mb_ret),
-                                first(policy_weights), first(value_weights))  # the stats' keys, derived
-        zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), (shapes[0][0], shapes[0][1], shapes[1]))
-        (loss, stats, grads), _ = jax.lax.scan(accumulate, zeros, micro_index)
-
-        actor_grads = grads["actor"]
-        critic_grads = critic_params(grads)
-        actor_updates, actor_opt_state = actor_opt.update(actor_grads, state.actor_opt_state, state.params["actor"])
-        critic_updates, critic_opt_state = critic_opt.update(
-            critic_grads, state.critic_opt_state, critic_params(state.params)
-        )
-        skip = stats["approx_kl"] > config.target_kl
-        keep_old = lambda old, new: jax.tree.map(lambda a, b: jnp.where(skip, a, b), old, new)
-        new_params = dict(state.params)
-        new_params["actor"] = keep_old(state.params["actor"], optax.apply_updates(state.params["actor"], actor_updates))
-        actor_opt_state = keep_old(state.actor_opt_state, actor_opt_state)
-        new_critic = optax.apply_updates(critic_params(state.params), critic_updates)
-        if config.kl_skip == "update":  # a skipped minibatch changes nothing
-            new_critic = keep_old(critic_params(state.params), new_critic)
-            critic_opt_state = keep_old(state.critic_opt_state, critic_opt_state)
-        new_params.update(new_critic)
-        new_state = dataclasses.replace(
-            state, params=new_params, actor_opt_state=actor_opt_state, critic_opt_state=critic_opt_state
-        )
-        stats = dict(
-            stats,
-            loss=loss,
-            actor_grad_norm=optax.tree.norm(actor_grads),
-            critic_grad_norm=optax.tree.norm(critic_grads),
-            skipped=skip.astype(jnp.float32),
-        )
-        if record_minibatches:
-            stats["grads"] = grads
-            stats["advantages"] = mb_adv
-        return new_state, stats
+    step_options = dict(graph=graph, method=method, config=config, record=record_minibatches)
 
     def update(state: TrainState, frozen: FrozenBase, batch: TokenBatch):
         traces["count"] += 1  # runs at trace time only: counts compilations
@@ -378,7 +286,8 @@ def build_update(
                 order = minibatch_order(perm_rng, num_rows, config.num_minibatches, row_groups)
             else:
                 order = fixed_order[:, None, :]
-            step = lambda carry, index: minibatch_step(carry, index, frozen, batch, advantages, returns)
+            step = lambda carry, index: minibatch_step(carry, index, frozen, batch, advantages, returns,
+                                                       **step_options)
             return jax.lax.scan(step, state, order)
 
         state, stats = jax.lax.scan(epoch, state, minibatch_orders, length=config.epochs)
@@ -398,6 +307,116 @@ def build_update(
         return state, metrics
 
     return update, lambda: traces["count"]
+
+
+def minibatch_loss(params, frozen: FrozenBase, mb: TokenBatch, advantages, returns, policy_weights, value_weights, *,
+                   graph: PolicyGraph, method: Method, config: LearnerConfig):
+    """The minibatch's loss as weighted sums: `policy_weights` (the policy, entropy
+    and KL terms) and `value_weights` (the value term) hold this micro-batch's
+    share of the minibatch's means (`minibatch_weights`)."""
+    logprobs, entropy, entropies, values, _ = policy_and_value_terms(graph, frozen, params, mb, method, config)
+    if config.entropy_scope == "offered":
+        entropy = entropies["entropy_offered"]
+    total = lambda x, w: jnp.sum(x * w)
+    surrogate = losses.clipped_surrogate(logprobs, mb.old_logprobs, advantages, config.clip_eps)
+    stats = {}
+    if config.behaviour_correction == "importance":
+        weights = importance_weights(mb.old_logprobs, mb.behaviour_logprobs, config.importance_weight_clip)
+        surrogate = surrogate * weights
+        stats["importance_weight"] = total(weights, policy_weights)
+    policy_loss = total(surrogate, policy_weights)
+    value_loss = total(losses.clipped_value_error(values, mb.old_values, returns, config.value_clip_eps),
+                       value_weights)
+    entropy_mean = total(entropy, policy_weights)
+    loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy_mean
+    stats.update({
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "entropy": entropy_mean,
+        "approx_kl": total(losses.k3_kl(logprobs, mb.old_logprobs), policy_weights),
+        "clip_fraction": total(losses.outside_clip(logprobs, mb.old_logprobs, config.clip_eps), policy_weights),
+    })
+    stats.update({name: total(value, policy_weights) for name, value in entropies.items()})
+    return loss, stats
+
+
+def minibatch_step(state: TrainState, minibatch_index, frozen: FrozenBase, batch: TokenBatch, advantages, returns, *,
+                   graph: PolicyGraph, method: Method, config: LearnerConfig, record: bool = False):
+    """One minibatch's PPO step: its rows `minibatch_index [G, k]`, advantages normalised, gradients
+    accumulated over `accumulation_steps` micro-batches (`minibatch_loss`), then the actor's and the
+    critic's Adam steps unless the KL skips them (`apply_gradients`).  Returns (state, stats); with
+    `record`, the stats also hold the gradients and the normalised advantages (the parity harness)."""
+    grad_fn = jax.value_and_grad(
+        functools.partial(minibatch_loss, graph=graph, method=method, config=config), has_aux=True)
+    mb = _take_group_rows(batch, minibatch_index)
+    mb_adv = _take_group_rows(advantages, minibatch_index)
+    mb_ret = _take_group_rows(returns, minibatch_index)
+    mask = method.scheme.valid(mb)
+    if config.normalize_advantages:
+        mb_adv = normalized_advantages(mb_adv, mask, method.scheme.token_level, config)
+    policy_weights = losses.chunk_weights(mask, config.loss_chunks)
+    value_weights = losses.chunk_weights(mask, 1)
+    micro = config.accumulation_steps
+    groups, group_rows = minibatch_index.shape
+    micro_rows = group_rows // micro  # micro-batch j: chunk j of every group's rows
+    micro_index = jnp.broadcast_to(
+        jnp.arange(group_rows).reshape(micro, 1, micro_rows), (micro, groups, micro_rows)
+    )
+
+    def accumulate(acc, index):
+        take = lambda tree: _take_group_rows(tree, index)
+        (loss, stats), grads = grad_fn(
+            state.params, frozen, take(mb), take(mb_adv), take(mb_ret), take(policy_weights), take(value_weights),
+        )
+        acc = jax.tree.map(jnp.add, acc, (loss, stats, grads))
+        return acc, None
+
+    first = lambda tree: _take_group_rows(tree, micro_index[0])
+    shapes = jax.eval_shape(grad_fn, state.params, frozen, first(mb), first(mb_adv), first(mb_ret),
+                            first(policy_weights), first(value_weights))  # the stats' keys, derived
+    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), (shapes[0][0], shapes[0][1], shapes[1]))
+    (loss, stats, grads), _ = jax.lax.scan(accumulate, zeros, micro_index)
+
+    new_state, skip = apply_gradients(state, grads, stats["approx_kl"], config)
+    actor_grads, critic_grads = grads["actor"], critic_params(grads)
+    stats = dict(
+        stats,
+        loss=loss,
+        actor_grad_norm=optax.tree.norm(actor_grads),
+        critic_grad_norm=optax.tree.norm(critic_grads),
+        skipped=skip.astype(jnp.float32),
+    )
+    if record:
+        stats["grads"] = grads
+        stats["advantages"] = mb_adv
+    return new_state, stats
+
+
+def apply_gradients(state: TrainState, grads, approx_kl, config: LearnerConfig) -> tuple[TrainState, jax.Array]:
+    """The actor's and the critic's optimiser steps on a minibatch's gradients; a minibatch whose
+    approximate KL exceeds `target_kl` keeps the actor (and with `kl_skip="update"` the critic too).
+    Returns (state, skipped)."""
+    actor_opt, critic_opt = make_optimizers(config)
+    actor_grads = grads["actor"]
+    critic_grads = critic_params(grads)
+    actor_updates, actor_opt_state = actor_opt.update(actor_grads, state.actor_opt_state, state.params["actor"])
+    critic_updates, critic_opt_state = critic_opt.update(
+        critic_grads, state.critic_opt_state, critic_params(state.params)
+    )
+    skip = approx_kl > config.target_kl
+    keep_old = lambda old, new: jax.tree.map(lambda a, b: jnp.where(skip, a, b), old, new)
+    new_params = dict(state.params)
+    new_params["actor"] = keep_old(state.params["actor"], optax.apply_updates(state.params["actor"], actor_updates))
+    actor_opt_state = keep_old(state.actor_opt_state, actor_opt_state)
+    new_critic = optax.apply_updates(critic_params(state.params), critic_updates)
+    if config.kl_skip == "update":  # a skipped minibatch changes nothing
+        new_critic = keep_old(critic_params(state.params), new_critic)
+        critic_opt_state = keep_old(state.critic_opt_state, critic_opt_state)
+    new_params.update(new_critic)
+    new_state = dataclasses.replace(
+        state, params=new_params, actor_opt_state=actor_opt_state, critic_opt_state=critic_opt_state
+    )
+    return new_state, skip
 
 
 def normalized_advantages(advantages: jax.Array, mask: jax.Array, token_level: bool, config: LearnerConfig) -> jax.Array:
