@@ -25,7 +25,9 @@ def get_config():
                              allow_unsandboxed=False)
     config.env.vector_mode = "threads"  # a step waits on the sandbox subprocess
     config.prompt_format = "chat"
-    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/run/config.py; "float32" for exact matmuls
+    # bfloat16 where the machine multiplies it natively (a GPU; a CPU with AVX-512-BF16 or AMX), else
+    # float32, faster there and exact; the run's first lines say which (poad_jax/run/hardware.py).
+    config.matmul_dtype = "auto"
     # One generation call samples every thread's program at once, and on a CPU its time hardly grows
     # with the threads (decoding is memory-bound): 8 programs in one call took 110 s, where 4 x 4
     # took four calls, 356 s, for 16 (docs/performance.md, "The default job").

@@ -192,6 +192,7 @@ def main(argv: list[str]) -> int:
             print("error: --rounds must be >= 1", file=sys.stderr)
             return 2
         return side_by_side(argv, values.versus, int(values.rounds))
+    from poad_jax.run import hardware
     from poad_jax.run import metrics as run_logging
     from poad_jax.run import train
 
@@ -208,6 +209,9 @@ def main(argv: list[str]) -> int:
     config.share_prompt = bool(config.share_prompt) and bool(values.share_prompt)
     from poad_jax.bench._machine import matmul_gflops
 
+    chosen = hardware.resolve_config(config)  # "auto": the dtype this machine's run will use
+    if chosen:
+        print(chosen, flush=True)
     matmul_dtype = str(config.get("matmul_dtype", "float32"))
     peak_before = matmul_gflops(matmul_dtype)  # the ceiling: the better of before and after the run
 

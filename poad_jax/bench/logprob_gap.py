@@ -80,9 +80,11 @@ def main(argv: list[str]) -> int:
     from poad_jax.agent.experience import behaviour_statistics, pack_batch
     from poad_jax.agent.rollout import RolloutCollector
     from poad_jax.run import build as build_lib
+    from poad_jax.run import hardware
     from poad_jax.run.train import build_envs
 
     config = values.config
+    hardware.resolve_config(config)  # "auto": this machine's dtype, named in the summary line
     built = build_lib.build(config)
     if not built.method.scheme.token_level:
         print("error: logprob_gap needs a token-level method (poad or ntpo): TWOSOME decodes nothing",

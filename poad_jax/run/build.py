@@ -46,6 +46,7 @@ from poad_jax.models.loading import EMBEDDED_MODELS
 from poad_jax.models.tiny import tiny_random_model
 from poad_jax.parallel import hosts
 from poad_jax.run import config as config_lib
+from poad_jax.run import hardware
 from poad_jax.run.best_program import one_line
 from poad_jax.sampling import Sampler
 
@@ -60,7 +61,9 @@ def jax_dtype(name: str) -> Any:
 
 
 def matmul_dtype(name: str) -> Any:
-    """The model's `matmul_dtype` option for a config's name: None for "float32" (matmuls in `dtype`)."""
+    """The model's `matmul_dtype` option for a config's name: None for "float32" (matmuls in `dtype`);
+    "auto" is this machine's choice (`hardware.resolve_matmul_dtype`)."""
+    name = hardware.resolve_matmul_dtype(name)[0]
     return None if name == "float32" else jax_dtype(name)
 
 

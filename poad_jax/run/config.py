@@ -48,6 +48,9 @@ from poad_jax.core import layout  # NumPy only
 # The dtypes a config may name (`poad_jax.run.build.jax_dtype` turns a name into JAX's):
 DTYPES = ("float32", "bfloat16", "float16")  # model parameters and activations
 MATMUL_DTYPES = ("float32", "bfloat16")  # float32: matmuls in `dtype` (exact)
+# A config may also say "auto": bfloat16 where the machine multiplies it natively, else float32
+# (`poad_jax.run.hardware`; a run records the resolved one).
+MATMUL_DTYPE_CHOICES = (*MATMUL_DTYPES, "auto")
 
 # Fields a re-run of a run directory may change: the checkpoints mean the same.  Each
 # with what a change affects: "length" (how long the run trains), "outputs" (what
@@ -120,7 +123,9 @@ def default_config() -> ml_collections.ConfigDict:
     config.dtype = "float32"  # float32 on CPU; bfloat16 on GPU
     # Matmul operands: "float32" (matmuls in `dtype`, exact) or "bfloat16"
     # (bfloat16 base weights and operands, float32 accumulation: 1.7x the
-    # learner's and 1.3x the sampler's speed on CPUs with AMX/AVX-512-BF16).
+    # learner's and 1.3x the sampler's speed on CPUs with AMX/AVX-512-BF16, slower
+    # than float32 on CPUs without), or "auto": bfloat16 where the machine multiplies
+    # it natively, else float32 (`poad_jax/run/hardware.py`; the run prints and records which).
     config.matmul_dtype = "float32"
     config.remat = "full"  # full | dots | none: what the layer scan keeps for backward
     # PPO's old log-probs (token-level methods): "recompute" them in the behaviour pass with the
@@ -359,7 +364,7 @@ CHECKS: tuple[Check | OneOf, ...] = (
     OneOf("method", _methods, noun="method"),
     OneOf("env.name", _environments, noun="environment"),
     OneOf("dtype", lambda: DTYPES),
-    OneOf("matmul_dtype", lambda: MATMUL_DTYPES),
+    OneOf("matmul_dtype", lambda: MATMUL_DTYPE_CHOICES),
     OneOf("remat", _remat_policies),
     OneOf("behaviour_logprobs", lambda: ("recompute", "sampler")),
     OneOf("prompt_format", lambda: ("chat", "raw")),

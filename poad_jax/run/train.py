@@ -45,6 +45,7 @@ from poad_jax.core.token_batch import TokenBatch
 from poad_jax.parallel import hosts
 from poad_jax.run import best_program as best_lib
 from poad_jax.run import checkpoint as checkpoint_lib
+from poad_jax.run import hardware
 from poad_jax.run import metrics as run_logging
 from poad_jax.run import rundir
 from poad_jax.run.build import Built, build, placement
@@ -78,7 +79,11 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     join_processes(config)  # before anything else touches JAX
     where = placement(config)  # the devices fit the mesh, checked before anything is written
     workdir = pathlib.Path(workdir) if workdir else rundir.default_workdir(config)
+    config = config.copy_and_resolve_references()  # "auto" settings resolve in the run's copy
+    chosen = hardware.resolve_config(config, rundir.read_stored_config(workdir) if workdir.is_dir() else None)
     changes = rundir.prepare_workdir(workdir, config)
+    if chosen and show_progress and where.primary:
+        print(chosen, flush=True)
     if show_progress and where.primary:  # a real model's first load converts its GGUF: seconds to a minute
         print(f"loading model {config.model}", flush=True)
     built = build(config, where)

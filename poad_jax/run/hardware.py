@@ -1,0 +1,81 @@
+"""Settings chosen from the machine: `matmul_dtype="auto"`.
+
+bfloat16 matmul operands pay where the hardware multiplies bfloat16
+natively (a GPU or TPU; a CPU with AVX-512-BF16 or AMX): there they run at
+1.3-1.7x float32's speed.  A CPU without either converts every operand and
+runs bfloat16 matmuls *slower* than float32 ones (a 2-core AMD EPYC with
+AVX2 only: 43 against 63 GFLOP/s on `[2048, 2048]`; docs/performance.md),
+while rounding them.  "auto" therefore picks bfloat16 only where it is native.
+A run directory records the resolved dtype in its config.json, and a resumed
+run keeps the recorded one, so that a run moved to another machine keeps
+its numerics.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Iterable
+
+AUTO = "auto"
+# CPU feature flags (Linux /proc/cpuinfo names) of a native bfloat16 dot product.
+NATIVE_BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags(cpuinfo: str | pathlib.Path = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU's feature flags from Linux's /proc/cpuinfo; empty where it cannot be read (macOS, Windows)."""
+    try:
+        text = pathlib.Path(cpuinfo).read_text()
+    except OSError:
+        return frozenset()
+    flags: set[str] = set()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    return frozenset(flags)
+
+
+def native_matmul_dtype(backend: str, flags: Iterable[str]) -> tuple[str, str]:
+    """(dtype name, why): "bfloat16" on an accelerator or a CPU with a native bfloat16 dot
+    product (`NATIVE_BFLOAT16_CPU_FLAGS`), else "float32"."""
+    if backend != "cpu":
+        return "bfloat16", f"the {backend} multiplies bfloat16 natively"
+    native = sorted(set(flags) & set(NATIVE_BFLOAT16_CPU_FLAGS))
+    if native:
+        return "bfloat16", f"this CPU multiplies bfloat16 natively ({', '.join(native)})"
+    return "float32", ("this CPU has no native bfloat16 matmul (neither "
+                       f"{' nor '.join(NATIVE_BFLOAT16_CPU_FLAGS)}): float32 is faster here, and exact")
+
+
+def machine_matmul_dtype() -> tuple[str, str]:
+    """`native_matmul_dtype` for this process's default JAX backend and CPU."""
+    import jax  # here, so that reading a config does not start JAX
+
+    return native_matmul_dtype(jax.default_backend(), cpu_flags())
+
+
+def resolve_matmul_dtype(name: str, recorded: str | None = None) -> tuple[str, str]:
+    """The matmul dtype a run uses for `config.matmul_dtype = name`, and why.
+
+    A concrete name stays.  "auto" takes the run directory's recorded dtype
+    when there is one (a resumed run keeps its numerics), else the machine's
+    (`machine_matmul_dtype`)."""
+    if name != AUTO:
+        return name, "set in the config"
+    if recorded and recorded != AUTO:
+        return recorded, "auto: the run directory's recorded dtype"
+    dtype, why = machine_matmul_dtype()
+    return dtype, f"auto: {why}"
+
+
+def resolve_config(config: Any, stored: dict[str, Any] | None = None) -> str | None:
+    """Replaces `config.matmul_dtype = "auto"` by the dtype it resolves to (in place; `stored`: the
+    run directory's config.json, if any).  Returns the line a run prints about it, or None when
+    nothing was automatic."""
+    name = str(config.get("matmul_dtype", "float32"))
+    if name != AUTO:
+        return None
+    recorded = (stored or {}).get("matmul_dtype")
+    dtype, why = resolve_matmul_dtype(name, str(recorded) if recorded else None)
+    config.matmul_dtype = dtype
+    return f"matmuls in {dtype} ({why})"
