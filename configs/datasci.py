@@ -28,6 +28,9 @@ def get_config():
     # bfloat16 where the machine multiplies it natively (a GPU; a CPU with AVX-512-BF16 or AMX), else
     # float32, faster there and exact; the run's first lines say which (poad_jax/run/hardware.py).
     config.matmul_dtype = "auto"
+    # With float32 matmuls PPO's old log-probs are the sampler's (the learner's own to rounding), so the
+    # behaviour pass runs the critic alone; with bfloat16 the learner recomputes them.
+    config.behaviour_logprobs = "auto"
     # One generation call samples every thread's program at once, and on a CPU its time hardly grows
     # with the threads (decoding is memory-bound): 8 programs in one call took 110 s, where 4 x 4
     # took four calls, 356 s, for 16 (docs/performance.md, "The default job").

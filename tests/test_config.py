@@ -315,11 +315,21 @@ def test_validation_accepts_edge_values():
     config_lib.validate(config)
 
 
+def test_the_samplers_logprobs_serve_truncated_sampling():
+    """With top-k / top-p the sampler records the untruncated policy's log-probs (the learner's)."""
+    config = config_lib.default_config()
+    config.behaviour_logprobs = "sampler"
+    config.sampling.top_k, config.sampling.top_p = 50, 0.9
+    config_lib.validate(config)
+    assert config_lib.sampling_config(config).logprobs_of == "policy"
+    config.behaviour_logprobs = "recompute"
+    assert config_lib.sampling_config(config).logprobs_of == "sampled"
+
+
 @pytest.mark.parametrize("setting, phrase", [
     ({"method": "twosome"}, "token-level method"),
-    ({"sampling.top_k": 5}, "sampling.top_k=0"),
-    ({"sampling.top_p": 0.9}, "sampling.top_p=1.0"),
     ({"restricted_sampling": "action_scores"}, "restricted_sampling='trie'"),
+    ({"ppo.behaviour_correction": "importance"}, "behaviour_logprobs='recompute'"),
 ])
 def test_the_samplers_logprobs_are_refused_where_they_are_not_the_policys(setting, phrase):
     config = config_lib.default_config()

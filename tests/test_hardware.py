@@ -91,3 +91,28 @@ def test_a_run_records_the_resolved_dtype_and_keeps_it_on_resume(tmp_path, monke
     assert result.finished
     assert json.loads((workdir / "config.json").read_text())["matmul_dtype"] == "bfloat16"
     assert "matmuls in bfloat16 (auto: the run directory's recorded dtype)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"matmul_dtype": "float32"}, "sampler"),
+    ({"matmul_dtype": "bfloat16"}, "recompute"),  # bfloat16 decoding rounds them differently
+    ({"matmul_dtype": "float32", "method": "twosome"}, "recompute"),
+    ({"matmul_dtype": "float32", "restricted_sampling": "action_scores"}, "recompute"),
+    ({"matmul_dtype": "float32", "ppo.behaviour_correction": "importance"}, "recompute"),
+])
+def test_auto_behaviour_logprobs_are_the_samplers_where_float32_decodes_the_policy(settings, expected):
+    config = toy_config("float32")
+    config.behaviour_logprobs = "auto"
+    for dotted, value in settings.items():
+        *parents, leaf = dotted.split(".")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
+    config_lib.validate(config)
+    hardware.resolve_config(config)
+    assert config.behaviour_logprobs == expected
+    config_lib.validate(config)  # the resolved choice is a valid config
+    assert hardware.resolve_behaviour_logprobs(config, recorded="recompute")[0] == expected  # concrete now
+    config.behaviour_logprobs = "auto"
+    assert hardware.resolve_behaviour_logprobs(config, recorded="recompute")[0] == "recompute"

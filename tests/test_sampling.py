@@ -4,6 +4,8 @@ constrained decoding stays inside the trie, and shapes bucket compilations."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -171,6 +173,23 @@ def test_sample_tokens_records_logprob_of_renormalised_masked_distribution():
     tokens = np.asarray(tokens)
     assert keep[np.arange(4), tokens].all()
     np.testing.assert_allclose(np.asarray(logprobs), reference[np.arange(4), tokens], atol=1e-5)
+
+
+def test_policy_logprobs_under_top_k_top_p_are_the_untruncated_policys(model, sampler):
+    """`logprobs_of="policy"`: tokens drawn from the nucleus, log-probs of softmax(logits / T) over the whole
+    vocabulary (what the learner recomputes), against a NumPy full forward."""
+    temperature, k, p = 1.3, 5, 0.8
+    config = SamplingConfig(temperature=temperature, top_k=k, top_p=p, max_new_tokens=6, logprobs_of="policy")
+    truncated = sampler.generate(PROMPTS, jax.random.key(11), dataclasses.replace(config, logprobs_of="sampled"))
+    gen = sampler.generate(PROMPTS, jax.random.key(11), config)
+    for prompt, tokens, logprobs, same_draw in zip(PROMPTS, gen.tokens, gen.logprobs, truncated.tokens):
+        np.testing.assert_array_equal(tokens, same_draw)  # what is recorded does not change what is drawn
+        logits = full_forward_logits(model, prompt + tokens.tolist())[len(prompt) - 1 : -1] / temperature
+        reference = np_log_softmax(logits)[np.arange(6), tokens]
+        np.testing.assert_allclose(logprobs, reference, atol=2e-5)
+    assert not np.allclose(np.concatenate(gen.logprobs), np.concatenate(truncated.logprobs))
+    with pytest.raises(ValueError, match="logprobs_of"):
+        SamplingConfig(logprobs_of="truncated")
 
 
 def test_generate_with_top_k_top_p_stays_in_the_nucleus(model, sampler):

@@ -132,6 +132,8 @@ def default_config() -> ml_collections.ConfigDict:
     # learner's own forward (the first ratio is exactly 1), or take the "sampler"'s, recorded as it
     # decoded (one forward fewer; the first ratio is 1 up to the KV-cache decode's rounding:
     # max |ratio - 1| 5.7e-6 with float32 matmuls, 0.055 with bfloat16, `bench logprob_gap`).
+    # "auto": the sampler's where the matmuls are float32 and the method decodes its own tokens
+    # (the first ratio is then 1 to float32 rounding), else "recompute" (`poad_jax/run/hardware.py`).
     config.behaviour_logprobs = "recompute"
     config.lora = ml_collections.ConfigDict(dict(rank=8, alpha=16.0, targets=("q_proj", "v_proj")))
 
@@ -366,7 +368,7 @@ CHECKS: tuple[Check | OneOf, ...] = (
     OneOf("dtype", lambda: DTYPES),
     OneOf("matmul_dtype", lambda: MATMUL_DTYPE_CHOICES),
     OneOf("remat", _remat_policies),
-    OneOf("behaviour_logprobs", lambda: ("recompute", "sampler")),
+    OneOf("behaviour_logprobs", lambda: ("recompute", "sampler", "auto")),
     OneOf("prompt_format", lambda: ("chat", "raw")),
     OneOf("restricted_sampling", lambda: ("trie", "action_scores")),
     OneOf("twosome_normalization", lambda: ("token", "word")),
@@ -507,17 +509,27 @@ def _check_preset(config: ml_collections.ConfigDict) -> None:
 
 
 def _check_sampler_logprobs(config: ml_collections.ConfigDict) -> None:
-    """`behaviour_logprobs="sampler"` needs actions decoded token by token from the policy itself:
-    a token-level method, no top-k/top-p truncation, restricted actions sampled through the trie."""
+    """`behaviour_logprobs="sampler"` needs actions decoded token by token: a token-level method,
+    restricted actions sampled through the trie.  (With top-k / top-p the sampler records the
+    untruncated policy's log-probs, `SamplingConfig.logprobs_of`.)"""
+    refusal = sampler_logprobs_refusal(config)
+    if refusal:
+        raise ConfigError(refusal)
+
+
+def sampler_logprobs_refusal(config: ml_collections.ConfigDict) -> str | None:
+    """Why `behaviour_logprobs="sampler"` cannot serve `config` (one line), or None when it can."""
     if config.method == "twosome":
-        raise ConfigError("behaviour_logprobs='sampler' needs a token-level method (poad or ntpo): "
-                          "TWOSOME scores candidates and decodes nothing")
-    if int(config.sampling.top_k) != 0 or float(config.sampling.top_p) != 1.0:
-        raise ConfigError("behaviour_logprobs='sampler' needs sampling.top_k=0 and sampling.top_p=1.0: the "
-                          "sampler's log-probs are then of the truncated distribution, not of the policy")
+        return ("behaviour_logprobs='sampler' needs a token-level method (poad or ntpo): "
+                "TWOSOME scores candidates and decodes nothing")
     if config.restricted_sampling != "trie":
-        raise ConfigError("behaviour_logprobs='sampler' needs restricted_sampling='trie': "
-                          "'action_scores' picks whole actions and decodes nothing")
+        return ("behaviour_logprobs='sampler' needs restricted_sampling='trie': "
+                "'action_scores' picks whole actions and decodes nothing")
+    if value_or_default(config, "ppo.behaviour_correction", default_config()) == "importance":
+        return ("behaviour_logprobs='sampler' cannot serve ppo.behaviour_correction='importance', which "
+                "needs behaviour_logprobs='recompute': the sampler's log-probs are the behaviour's, "
+                "not the optimised policy's")
+    return None
 
 
 def _check_behaviour_policy(config: ml_collections.ConfigDict) -> None:
@@ -530,9 +542,6 @@ def _check_behaviour_policy(config: ml_collections.ConfigDict) -> None:
         if config.method == "twosome":
             raise ConfigError("ppo.behaviour_correction='importance' is for poad or ntpo: TWOSOME samples "
                               "from the action distribution it optimises")
-        if value_or_default(config, "behaviour_logprobs", defaults) != "recompute":
-            raise ConfigError("ppo.behaviour_correction='importance' needs behaviour_logprobs='recompute': "
-                              "the sampler's log-probs are the behaviour's, not the optimised policy's")
     if explore > 0:
         if config.restricted_sampling != "trie" or config.method == "twosome":
             raise ConfigError("trie_explore_temperature > 0 needs poad or ntpo with restricted_sampling='trie'")
@@ -651,14 +660,17 @@ def learner_config(config: ml_collections.ConfigDict | None = None, **fields: An
 
 
 def sampling_config(config: ml_collections.ConfigDict | None = None, eos_ids: tuple[int, ...] = ()):
-    """`sampling.SamplingConfig` from `config.sampling` (each field by name), stopping at `eos_ids`."""
+    """`sampling.SamplingConfig` from `config.sampling` (each field by name), stopping at `eos_ids`;
+    it records the policy's log-probs where they become PPO's old ones (`behaviour_logprobs="sampler"`)."""
     from poad_jax.sampling import SamplingConfig
 
     config = default_config() if config is None else config
     sampling = dict(value_or_default(config, "sampling", default_config()).items())
     hints = typing.get_type_hints(SamplingConfig)
+    from_sampler = value_or_default(config, "behaviour_logprobs", default_config()) == "sampler"
     return SamplingConfig(**{k: _cast(hints[k], v) for k, v in sampling.items()},
-                          stop_token_ids=tuple(int(i) for i in eos_ids))
+                          stop_token_ids=tuple(int(i) for i in eos_ids),
+                          logprobs_of="policy" if from_sampler else "sampled")
 
 
 def rollout_config(config: ml_collections.ConfigDict | None = None, eos_ids: tuple[int, ...] = (), **fields: Any):

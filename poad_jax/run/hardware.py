@@ -1,4 +1,4 @@
-"""Settings chosen from the machine: `matmul_dtype="auto"`.
+"""Settings chosen from the machine: `matmul_dtype="auto"` and `behaviour_logprobs="auto"`.
 
 bfloat16 matmul operands pay where the hardware multiplies bfloat16
 natively (a GPU or TPU; a CPU with AVX-512-BF16 or AMX): there they run at
@@ -68,14 +68,43 @@ def resolve_matmul_dtype(name: str, recorded: str | None = None) -> tuple[str, s
     return dtype, f"auto: {why}"
 
 
-def resolve_config(config: Any, stored: dict[str, Any] | None = None) -> str | None:
-    """Replaces `config.matmul_dtype = "auto"` by the dtype it resolves to (in place; `stored`: the
-    run directory's config.json, if any).  Returns the line a run prints about it, or None when
-    nothing was automatic."""
-    name = str(config.get("matmul_dtype", "float32"))
+def resolve_behaviour_logprobs(config: Any, recorded: str | None = None) -> tuple[str, str]:
+    """PPO's old log-probs for `config.behaviour_logprobs` (with a concrete `matmul_dtype`), and why.
+
+    "auto" takes the recorded choice when there is one, else the sampler's where the matmuls are
+    float32 and the method decodes its own tokens (`config.sampler_logprobs_refusal` is None): the
+    learner's forward would give the same numbers to float32 rounding (|ratio - 1| <= 1e-5, `bench
+    logprob_gap`), so the behaviour pass skips it; with bfloat16 matmuls the two differ by more
+    (up to 0.055), so the learner recomputes them."""
+    from poad_jax.run import config as config_lib
+
+    name = str(config.get("behaviour_logprobs", "recompute"))
     if name != AUTO:
-        return None
-    recorded = (stored or {}).get("matmul_dtype")
-    dtype, why = resolve_matmul_dtype(name, str(recorded) if recorded else None)
-    config.matmul_dtype = dtype
-    return f"matmuls in {dtype} ({why})"
+        return name, "set in the config"
+    if recorded and recorded != AUTO:
+        return recorded, "auto: the run directory's recorded choice"
+    refusal = config_lib.sampler_logprobs_refusal(config)
+    if refusal is None and str(config.get("matmul_dtype", "float32")) == "float32":
+        return "sampler", "auto: float32 decoding gives the learner's own to rounding"
+    return "recompute", "auto: " + ("bfloat16 decoding rounds them differently" if refusal is None
+                                    else "the sampler's cannot serve this method")
+
+
+def resolve_config(config: Any, stored: dict[str, Any] | None = None) -> str | None:
+    """Replaces `config.matmul_dtype = "auto"` and `config.behaviour_logprobs = "auto"` by what they
+    resolve to (in place; `stored`: the run directory's config.json, if any).  Returns the line a
+    run prints about them, or None when nothing was automatic."""
+    stored = stored or {}
+    lines = []
+    name = str(config.get("matmul_dtype", "float32"))
+    if name == AUTO:
+        recorded = stored.get("matmul_dtype")
+        dtype, why = resolve_matmul_dtype(name, str(recorded) if recorded else None)
+        config.matmul_dtype = dtype
+        lines.append(f"matmuls in {dtype} ({why})")
+    if str(config.get("behaviour_logprobs", "recompute")) == AUTO:
+        recorded = stored.get("behaviour_logprobs")
+        source, why = resolve_behaviour_logprobs(config, str(recorded) if recorded else None)
+        config.behaviour_logprobs = source
+        lines.append(f"PPO's old log-probs: {source} ({why})")
+    return "; ".join(lines) or None

@@ -6,7 +6,9 @@ under the distribution it was actually drawn from,
 (or, trie-constrained, softmax over the allowed tokens' logits / T), so with
 top_k = 0 and top_p = 1 it equals `log_softmax(logits / T)` of a
 training-style forward pass.  Greedy decoding (T = 0) takes the argmax and
-records the untempered log_softmax(logits).
+records the untempered log_softmax(logits).  `policy_logprobs` gives instead
+the untruncated policy's log_softmax(logits / T)[token], which the learner
+optimises whatever truncation drew the token.
 """
 
 from __future__ import annotations
@@ -70,6 +72,14 @@ def sample_tokens(
     chosen = jnp.take_along_axis(dist, tokens[:, None], axis=-1)[:, 0]
     logprobs = chosen - jax.nn.logsumexp(dist, axis=-1)
     return tokens, logprobs
+
+
+def policy_logprobs(logits: jax.Array, tokens: jax.Array, temperature: float) -> jax.Array:
+    """log pi(token) = log_softmax(logits / T)[token] `[B]` of the untruncated policy at temperature T
+    (no top-k / top-p: the distribution the learner takes its log-probs from); T = 0 is read as 1."""
+    scaled = logits.astype(jnp.float32) / (temperature if temperature > 0 else 1.0)
+    chosen = jnp.take_along_axis(scaled, tokens[:, None], axis=-1)[:, 0]
+    return chosen - jax.nn.logsumexp(scaled, axis=-1)
 
 
 def sample_allowed(

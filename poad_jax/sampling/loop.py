@@ -24,7 +24,7 @@ import numpy as np
 
 from poad_jax.core.layout import positions_from_mask
 from poad_jax.models.decode import KVCache, init_cache
-from poad_jax.sampling.kernels import row_keys, sample_allowed, sample_tokens
+from poad_jax.sampling.kernels import policy_logprobs, row_keys, sample_allowed, sample_tokens
 
 
 class DecodeCarry(NamedTuple):
@@ -53,19 +53,24 @@ class DecodeCarry(NamedTuple):
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=[],
-                   meta_fields=["temperature", "top_k", "top_p", "stop_ids"])
+                   meta_fields=["temperature", "top_k", "top_p", "stop_ids", "record_policy"])
 @dataclasses.dataclass(frozen=True)
 class FreeSampling:
     """Any token, from softmax(top-p(top-k(logits / T))) (`kernels.sample_tokens`);
-    a row ends at a token of `stop_ids` (kept in the output)."""
+    a row ends at a token of `stop_ids` (kept in the output).  The recorded log-prob is
+    the drawn-from distribution's, or with `record_policy` the untruncated policy's
+    (`kernels.policy_logprobs`: PPO's old log-probs)."""
 
     temperature: float
     top_k: int
     top_p: float
     stop_ids: tuple[int, ...]
+    record_policy: bool = False
 
     def __call__(self, logits, keys, node):
         tokens, logprobs = sample_tokens(logits, keys, self.temperature, self.top_k, self.top_p)
+        if self.record_policy:
+            logprobs = policy_logprobs(logits, tokens, self.temperature)
         stop = jnp.asarray(self.stop_ids if self.stop_ids else (-1,), jnp.int32)
         return tokens, logprobs, node, jnp.isin(tokens, stop)
 

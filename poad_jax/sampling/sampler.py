@@ -55,7 +55,9 @@ class SamplingConfig:
 
     `stop_token_ids` end a row (the stop token is kept in the output).  When it
     is empty and a tokenizer is passed to `generate`, the tokenizer's
-    `eos_token_ids` are used.
+    `eos_token_ids` are used.  `logprobs_of`: what `Generation.logprobs` holds,
+    log pi(token) of the "sampled" (truncated) distribution or of the untruncated
+    "policy" softmax(logits / T) (PPO's old log-probs, `behaviour_logprobs="sampler"`).
     """
 
     temperature: float = 1.0
@@ -63,8 +65,11 @@ class SamplingConfig:
     top_p: float = 1.0
     max_new_tokens: int = 128
     stop_token_ids: tuple[int, ...] = ()
+    logprobs_of: str = "sampled"
 
     def __post_init__(self):
+        if self.logprobs_of not in ("sampled", "policy"):
+            raise ValueError(f"logprobs_of must be 'sampled' or 'policy', got {self.logprobs_of!r}")
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if self.top_k < 0:
@@ -250,7 +255,8 @@ class Sampler:
         if not stop_ids and tokenizer is not None:
             stop_ids = tuple(int(t) for t in getattr(tokenizer, "eos_token_ids", ()))
         stop_ids = tuple(sorted(set(stop_ids)))
-        rule = FreeSampling(float(config.temperature), int(config.top_k), float(config.top_p), stop_ids)
+        rule = FreeSampling(float(config.temperature), int(config.top_k), float(config.top_p), stop_ids,
+                            record_policy=config.logprobs_of == "policy")
         carry = self._decode(*self._weights(), self._start(prompts, config.max_new_tokens), self._key(rng), rule)
         self._count_decode(carry)
         tokens, logprobs, n_written = np.asarray(carry.tokens), np.asarray(carry.logprobs), int(carry.step)
