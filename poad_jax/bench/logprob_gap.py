@@ -20,6 +20,7 @@ Token-level methods only (TWOSOME scores candidates; nothing is decoded).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -85,6 +86,7 @@ def main(argv: list[str]) -> int:
 
     config = values.config
     hardware.resolve_config(config)  # "auto": this machine's dtype, named in the summary line
+    config.behaviour_logprobs = "recompute"  # the behaviour pass's own log-probs, set against the sampler's
     built = build_lib.build(config)
     if not built.method.scheme.token_level:
         print("error: logprob_gap needs a token-level method (poad or ntpo): TWOSOME decodes nothing",
@@ -99,7 +101,10 @@ def main(argv: list[str]) -> int:
     envs = build_envs(config, int(config.num_threads), built.seeds.envs)
     where = built.placement
     sampler = where.sampler(built.graph, built.frozen, params, built.rollout.prompt_buckets)
-    collector = RolloutCollector(envs, built.tokenizer, sampler, built.method, built.rollout, seed=built.seeds.numpy)
+    # The sampler records the untruncated policy's log-probs, as it does where they become the old ones.
+    rollout = dataclasses.replace(built.rollout, sampling=dataclasses.replace(built.rollout.sampling,
+                                                                              logprobs_of="policy"))
+    collector = RolloutCollector(envs, built.tokenizer, sampler, built.method, rollout, seed=built.seeds.numpy)
     where.own_threads(collector, int(config.num_threads), int(config.seed))
     rng = jax.random.key(int(config.seed))
     all_gaps, start = [], time.perf_counter()
@@ -107,7 +112,7 @@ def main(argv: list[str]) -> int:
         for index in range(int(values.rollouts)):
             rng, key = jax.random.split(rng)
             steps, next_prompts = collector.collect(key)
-            arrays, next_arrays = pack_batch(steps, next_prompts, built.method, built.rollout,
+            arrays, next_arrays = pack_batch(steps, next_prompts, built.method, rollout,
                                              built.tokenizer.pad_token_id)
             stats = behaviour_statistics(built.graph, built.frozen, params, params["head"], arrays, next_arrays,
                                          method=built.method, temperature=built.learner.temperature,
