@@ -18,5 +18,5 @@ def get_config():
     config.ppo.gamma = 0.99
     config.ppo.actor_lr = 5e-7
     config.ppo.critic_lr = 1e-5
-    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/run/config.py; "float32" for exact matmuls
+    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/run/config/settings.py; "float32" for exact matmuls
     return config

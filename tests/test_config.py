@@ -48,7 +48,7 @@ def expected_learner_fields(config) -> dict:
 
 def expected_rollout_fields(config, eos_ids=()) -> dict:
     sampling = SamplingConfig(**dict(config.sampling.items()), stop_token_ids=eos_ids)
-    pack_behaviour = config_lib.value_or_default(config, "ppo.behaviour_correction", config_lib.default_config()) != "none"
+    pack_behaviour = config_lib.completed(config).ppo.behaviour_correction != "none"
     return {**{name: config[name] for name in ROLLOUT_SETTINGS}, "sampling": sampling, "pack_behaviour": pack_behaviour}
 
 
@@ -156,7 +156,7 @@ def test_the_trainer_runs_on_the_converted_config(tmp_path, monkeypatch):
 def test_one_method_builder_honours_gamma_w_and_share_prompt():
     """`build.build_method` is the one way from a config to its method: NTPO's and TWOSOME's
     `gamma_w` (negative: the method's default) and TWOSOME's `share_prompt`; a run directory's
-    config.json written before `share_prompt` existed gets True."""
+    config.json written before `share_prompt` existed gets True (`config.completed`)."""
     config = config_lib.default_config()
     config.method, config.ppo.gamma = "ntpo", 0.9
     assert build.build_method(config).gamma_w == pytest.approx(0.9)  # NTPO's default: gamma
@@ -166,8 +166,8 @@ def test_one_method_builder_honours_gamma_w_and_share_prompt():
     method = build.build_method(config)
     assert (method.name, method.gamma_w, method.share_prompt) == ("twosome", 0.5, False)
     stored = json.loads(config.to_json_best_effort())
-    del stored["share_prompt"]
-    assert build.build_method(ml_collections.ConfigDict(stored)).share_prompt is True
+    del stored["share_prompt"]  # read as a stored config is read: completed from the declared defaults
+    assert build.build_method(config_lib.completed(ml_collections.ConfigDict(stored))).share_prompt is True
 
 
 def test_evaluation_acts_with_the_method_the_run_trained(tmp_path, monkeypatch):

@@ -46,8 +46,9 @@ class LearnerConfig:
 
     No defaults here: `poad_jax.run.config.learner_config(config)` builds this
     from the training config (`ppo.<name>`, plus `sampling.temperature` and
-    `critic.kind`), whose `default_config()` holds the defaults (the
-    paper's: docs/adrl_parity.md) and whose `validate` checks them.
+    `critic.kind`).  Each field is declared once, with its default (the
+    paper's: docs/adrl_parity.md), meaning and check, in
+    `poad_jax/run/config/settings.py` (`PPO`), where `validate` checks it.
     """
 
     gamma: float
@@ -71,7 +72,7 @@ class LearnerConfig:
     kl_skip: str  # "update" (a KL skip keeps actor and critic) | "actor" (the critic steps anyway)
     advantage_normalization: str  # "valid" | "adrl"
     loss_chunks: int  # policy loss, entropy and KL: the mean of this many row chunks' token means
-    # Issue 40's options (run/config.py says what each means):
+    # Issue 40's options (run/config/settings.py says what each means):
     lambda_scope: str  # "token" (lam at every token) | "action" (lam at an action's last token, 1 inside)
     entropy_scope: str  # "policy" (the log-probs' distribution) | "offered" (over the offered continuations)
     behaviour_correction: str  # "none" | "importance" (weights min(clip, pi_old / mu) on the surrogate)

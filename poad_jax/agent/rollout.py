@@ -43,8 +43,10 @@ class RolloutConfig:
     The fields without a default are settings: `poad_jax.run.config.rollout_config(config, eos_ids)`
     builds this from the training config (the top-level field of each name;
     `sampling` from `config.sampling`, `prompt_buckets` from
-    `config.prompt_bucket_step`), whose `default_config()` holds the
-    defaults.  Their own defaults are the layout's lists (`poad_jax.core.layout`).
+    `config.prompt_bucket_step`).  Each setting is declared once, with its
+    default, meaning and check, in `poad_jax/run/config/settings.py` (`Run`),
+    and checked there once (a mode string's values are its `Literal` type).
+    Their own defaults are the layout's lists (`poad_jax.core.layout`).
     """
 
     num_threads: int
@@ -92,8 +94,6 @@ class PromptRenderer:
     """Observation -> prompt token ids (chat template or raw text)."""
 
     def __init__(self, tokenizer, config: RolloutConfig):
-        if config.prompt_format not in ("chat", "raw"):
-            raise ValueError(f"prompt_format must be 'chat' or 'raw', got {config.prompt_format!r}")
         self.tokenizer = tokenizer
         self.config = config
 
@@ -185,10 +185,6 @@ class RolloutCollector:
 
         candidates = [self._candidate_tokens(obs) for obs in observations]
         use_scores = self.method.scheme.scores_candidates or self.config.restricted_sampling == "action_scores"
-        if self.config.restricted_sampling not in ("trie", "action_scores"):
-            raise ValueError(
-                f"restricted_sampling must be 'trie' or 'action_scores', got {self.config.restricted_sampling!r}"
-            )
         if use_scores:
             all_scores = self.sampler.score_actions_batch(
                 prompts, candidates, normalization=self.config.twosome_normalization,

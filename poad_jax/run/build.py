@@ -93,18 +93,15 @@ def run_seeds(seed: int, process_index: int = 0) -> RunSeeds:
 
 def build_method(config: ml_collections.ConfigDict) -> Method:
     """The run's method: `config.method` with `ppo.gamma`, `gamma_w` (negative: the method's
-    default) and `share_prompt` (a run directory's config written before it existed: True).
-    Actions drawn from action scores pack the offered continuations when the entropy
-    (`ppo.entropy_scope="offered"`) or the optimised log-probs
+    default) and `share_prompt`.  Actions drawn from action scores pack the offered continuations
+    when the entropy (`ppo.entropy_scope="offered"`) or the optimised log-probs
     (`ppo.behaviour_correction="importance"`) are over them; with the entropy only, the
     log-probs stay the full vocabulary's (the paper code's optimisation)."""
-    defaults = config_lib.default_config()
-    gamma_w = float(config.gamma_w) if float(config.get("gamma_w", -1.0)) >= 0 else None
+    gamma_w = float(config.gamma_w) if float(config.gamma_w) >= 0 else None
     scored = config.restricted_sampling == "action_scores"
-    offered_entropy = config_lib.value_or_default(config, "ppo.entropy_scope", defaults) == "offered"
-    corrected = config_lib.value_or_default(config, "ppo.behaviour_correction", defaults) == "importance"
-    return make_method(str(config.method), float(config.ppo.gamma), gamma_w,
-                       share_prompt=bool(config.get("share_prompt", True)),
+    offered_entropy = config.ppo.entropy_scope == "offered"
+    corrected = config.ppo.behaviour_correction == "importance"
+    return make_method(str(config.method), float(config.ppo.gamma), gamma_w, share_prompt=bool(config.share_prompt),
                        offered_continuations=scored and (offered_entropy or corrected),
                        vocabulary_logprobs=scored and offered_entropy and not corrected)
 
@@ -113,8 +110,7 @@ def load_model(config: ml_collections.ConfigDict):
     """(model, tokenizer) for `config.model`, with the configured LoRA and dtypes."""
     lora = LoraConfig(rank=int(config.lora.rank), alpha=float(config.lora.alpha), targets=tuple(config.lora.targets))
     dtype = jax_dtype(str(config.dtype))
-    options = dict(matmul_dtype=matmul_dtype(str(config.get("matmul_dtype", "float32"))),
-                   remat=config.get("remat", "full"))
+    options = dict(matmul_dtype=matmul_dtype(str(config.matmul_dtype)), remat=str(config.remat))
     if config.model == "tiny-random":
         return tiny_random_model(seed=int(config.seed), lora=lora, dtype=dtype, **options)
     if config.model not in EMBEDDED_MODELS and not pathlib.Path(str(config.model)).expanduser().exists():
@@ -130,11 +126,10 @@ def load_model(config: ml_collections.ConfigDict):
 
 
 def build_value_head(model, config: ml_collections.ConfigDict, seed: int) -> ValueHead:
-    """The critic head `config.critic` describes (a run directory's config written
-    before `critic.bias` / `critic.init` existed gets their defaults)."""
+    """The critic head `config.critic` describes."""
     critic = config.critic
-    return ValueHead(model.config.hidden_size, tuple(critic.hidden_sizes), bias=bool(critic.get("bias", True)),
-                     init=str(critic.get("init", "zero_output")), rngs=nnx.Rngs(seed))
+    return ValueHead(model.config.hidden_size, tuple(critic.hidden_sizes), bias=bool(critic.bias),
+                     init=str(critic.init), rngs=nnx.Rngs(seed))
 
 
 def fresh_critic_lora(model, key: jax.Array):

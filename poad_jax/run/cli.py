@@ -238,7 +238,7 @@ options:
                          same one again to resume
   --config.FIELD=VALUE   override any setting, dotted (--config.method=ntpo,
                          --config.ppo.actor_lr=1e-4, --config.env.name=toy/decisive_token);
-                         every field and its default: poad_jax/run/config.py
+                         every field and its default: poad_jax/run/config/settings.py
 
 {configs}
 

@@ -291,7 +291,7 @@ def update_cost_record(config: ml_collections.ConfigDict, method: Method, batch:
     counted = flops_lib.update_flops(
         sampler.model_config, passes, head_sizes=tuple(config.critic.hidden_sizes), next_rows=batch.num_threads,
         prompt_len=batch.prompt_len, critic_kind=str(config.critic.kind), remat=str(config.remat),
-        epochs=int(config.ppo.epochs), sampler_logprobs=str(config.get("behaviour_logprobs", "recompute")) == "sampler")
+        epochs=int(config.ppo.epochs), sampler_logprobs=str(config.behaviour_logprobs) == "sampler")
     return {"compiles_learner": int(learner_compiles), "compiles_sampler": int(sampler.compile_count),
             "flops_sampler": int(sampler.matmul_flops - sampler_flops_before),
             "flops_behaviour": counted["behaviour"], "flops_learner": counted["learner"]}

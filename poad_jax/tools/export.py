@@ -30,6 +30,7 @@ from poad_jax.agent.learner import init_train_state
 from poad_jax.core.policy import merge_model
 from poad_jax.models.loading import EMBEDDED_MODELS, embedded_model_directory
 from poad_jax.run import checkpoint as checkpoint_lib
+from poad_jax.run import config as config_lib
 from poad_jax.run import rundir
 from poad_jax.run.build import TrainError, build
 
@@ -77,7 +78,7 @@ def load_trained_actor(workdir: pathlib.Path):
     if not config_path.exists():
         raise ExportError(f"{workdir} is not a run directory (no config.json)")
     try:
-        config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
+        config = config_lib.completed(ml_collections.ConfigDict(json.loads(config_path.read_text())))
     except json.JSONDecodeError as error:
         raise ExportError(f"{config_path} is unreadable: {error}") from None
     if not checkpoint_lib.checkpoint_steps(workdir):

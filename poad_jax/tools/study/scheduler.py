@@ -69,13 +69,11 @@ def _meaning(config_dict: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config_dict.items() if config_lib.resumable_kind(k) not in config_lib.SAME_NUMBERS}
 
 
-def _with_defaults(recorded: Any, defaults: Any) -> Any:
-    """`recorded` (a cell's config.json) with the fields it lacks taken from `defaults`: a cell trained
-    before a field existed ran as that field's default (e.g. `mesh` or `distributed`, added later)."""
-    if not (isinstance(recorded, dict) and isinstance(defaults, dict)):
-        return recorded
-    merged = {k: _with_defaults(v, defaults.get(k)) for k, v in recorded.items()}
-    return {**{k: v for k, v in defaults.items() if k not in recorded}, **merged}
+def _completed_json(recorded: dict[str, Any]) -> dict[str, Any]:
+    """`recorded` (a cell's config.json) with the fields it lacks at their declared defaults
+    (`config.completed`): a cell trained before a field existed ran as that field's default
+    (e.g. `mesh` or `distributed`, added later)."""
+    return json.loads(config_lib.completed(ml_collections.ConfigDict(recorded)).to_json_best_effort())
 
 
 def find_reusable(workdir: pathlib.Path, config: ml_collections.ConfigDict, total: int) -> pathlib.Path | None:
@@ -83,13 +81,12 @@ def find_reusable(workdir: pathlib.Path, config: ml_collections.ConfigDict, tota
     (output-only fields aside; fields its config.json predates count as their defaults) and that ran
     at least `total` env steps."""
     want = _meaning(json.loads(config.to_json_best_effort()))
-    defaults = json.loads(config_lib.default_config().to_json_best_effort())
     for sibling in sorted(workdir.parent.glob("*/cells/*/config.json")):
         cell_dir = sibling.parent
         if cell_dir.is_symlink() or cell_dir.parent.parent.resolve() == workdir.resolve():
             continue
         recorded = read_json(sibling)
-        if (isinstance(recorded, dict) and _meaning(_with_defaults(recorded, defaults)) == want
+        if (isinstance(recorded, dict) and _meaning(_completed_json(recorded)) == want
                 and cell_finished(cell_dir, total)):
             return cell_dir
     return None

@@ -1,0 +1,162 @@
+"""The one validation of a training config: each declared field's check (`CHECKS`, derived
+from `settings.py`), then the checks between fields.  A bad value raises `ConfigError` with one
+line naming the field; the trainer prints it and exits with status 2."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ml_collections
+
+from poad_jax.run.config.declare import Check, OneOf, declared_leaves
+from poad_jax.run.config.errors import ConfigError
+from poad_jax.run.config.fields import field_value
+from poad_jax.run.config.settings import Run
+
+# One check per declared field, by dotted name, in declaration order.
+CHECKS: tuple[Check | OneOf, ...] = tuple(leaf.check for leaf in declared_leaves(Run))
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def check_field(config: ml_collections.ConfigDict, check: Check | OneOf) -> None:
+    """Raises ConfigError (one line naming the field) if `config` breaks `check`."""
+    value = field_value(config, check.field)
+    if isinstance(check, OneOf):
+        choices = check.choices()
+        listed = ", ".join(str(c) for c in choices)
+        if check.many:
+            if len(value) and all(v in choices for v in value):
+                return
+            raise ConfigError(f"{check.field} must be one or more of {listed}, got {tuple(value)}")
+        if value in choices:
+            return
+        if check.noun:
+            raise ConfigError(f"unknown {check.noun} {value!r} ({check.field}); choose one of {listed}")
+        raise ConfigError(f"{check.field} must be one of {listed}, got {_shown(value)}")
+    try:
+        ok = bool(check.ok(value))
+    except (TypeError, ValueError):  # e.g. a string where a number belongs
+        ok = False
+    if isinstance(value, float) and math.isnan(value):
+        ok = False
+    if not ok:
+        why = f" ({check.why})" if check.why else ""
+        raise ConfigError(f"{check.field} must be {check.must}, got {_shown(value)}{why}")
+
+
+def _check_preset(config: ml_collections.ConfigDict) -> None:
+    """A preset's per-method settings are for the method it names (`<file>:<method>`)."""
+    preset = str(config.preset)
+    if not preset:
+        return
+    path, _, method = preset.rpartition(":")
+    if method and method != config.method:
+        raise ConfigError(
+            f"method is {config.method!r} but the preset {path} holds the settings of {method!r}: choose the method "
+            f"with --config={path}:{config.method} (not --config.method)"
+        )
+
+
+def _check_sampler_logprobs(config: ml_collections.ConfigDict) -> None:
+    """`behaviour_logprobs="sampler"` needs actions decoded token by token: a token-level method,
+    restricted actions sampled through the trie.  (With top-k / top-p the sampler records the
+    untruncated policy's log-probs, `SamplingConfig.logprobs_of`.)"""
+    refusal = sampler_logprobs_refusal(config)
+    if refusal:
+        raise ConfigError(refusal)
+
+
+def sampler_logprobs_refusal(config: ml_collections.ConfigDict) -> str | None:
+    """Why `behaviour_logprobs="sampler"` cannot serve `config` (one line), or None when it can."""
+    if config.method == "twosome":
+        return ("behaviour_logprobs='sampler' needs a token-level method (poad or ntpo): "
+                "TWOSOME scores candidates and decodes nothing")
+    if config.restricted_sampling != "trie":
+        return ("behaviour_logprobs='sampler' needs restricted_sampling='trie': "
+                "'action_scores' picks whole actions and decodes nothing")
+    if config.ppo.behaviour_correction == "importance":
+        return ("behaviour_logprobs='sampler' cannot serve ppo.behaviour_correction='importance', which "
+                "needs behaviour_logprobs='recompute': the sampler's log-probs are the behaviour's, "
+                "not the optimised policy's")
+    return None
+
+
+def _check_behaviour_policy(config: ml_collections.ConfigDict) -> None:
+    """The behaviour-policy options: the importance correction is for token-level methods
+    whose old log-probs are the learner's own; trie exploration needs the correction."""
+    correction = config.ppo.behaviour_correction
+    explore = float(config.trie_explore_temperature)
+    if correction == "importance":
+        if config.method == "twosome":
+            raise ConfigError("ppo.behaviour_correction='importance' is for poad or ntpo: TWOSOME samples "
+                              "from the action distribution it optimises")
+    if explore > 0:
+        if config.restricted_sampling != "trie" or config.method == "twosome":
+            raise ConfigError("trie_explore_temperature > 0 needs poad or ntpo with restricted_sampling='trie'")
+        if correction != "importance":
+            raise ConfigError("trie_explore_temperature > 0 needs ppo.behaviour_correction='importance': "
+                              "the actions are then drawn from another distribution than the optimised one")
+
+
+def _check_together(config: ml_collections.ConfigDict) -> None:
+    """Checks between fields: the rollout's rows split evenly into minibatches and
+    micro-batches (and loss chunks), and whole rollout threads onto each device of
+    the rows' mesh axes."""
+    rows = config.num_threads * config.rollout_length
+    chunks = config.ppo.num_minibatches * config.ppo.accumulation_steps
+    if rows % chunks:
+        raise ConfigError(
+            f"num_threads x rollout_length ({rows}) must be divisible by ppo.num_minibatches x "
+            f"ppo.accumulation_steps ({config.ppo.num_minibatches} x {config.ppo.accumulation_steps})"
+        )
+    loss_chunks = int(config.ppo.loss_chunks)
+    if (rows // config.ppo.num_minibatches) % loss_chunks:
+        raise ConfigError(
+            f"a minibatch's rows ({rows // config.ppo.num_minibatches}) must be divisible by ppo.loss_chunks "
+            f"({loss_chunks})"
+        )
+    if config.behaviour_logprobs == "sampler":
+        _check_sampler_logprobs(config)
+    _check_behaviour_policy(config)
+    row_devices = config.mesh.data * config.mesh.fsdp  # a -1 axis is checked once the devices are known
+    if row_devices > 1 and config.num_threads % row_devices:
+        raise ConfigError(
+            f"num_threads ({config.num_threads}) must be divisible by mesh.data x mesh.fsdp "
+            f"({config.mesh.data} x {config.mesh.fsdp}): each device holds whole rollout threads"
+        )
+    if row_devices > 1 and rows % (chunks * row_devices):
+        raise ConfigError(
+            f"num_threads x rollout_length ({rows}) must be divisible by ppo.num_minibatches x "
+            f"ppo.accumulation_steps x mesh.data x mesh.fsdp ({chunks} x {row_devices}): "
+            f"every device's rows split into the minibatches"
+        )
+
+
+def _check_processes(config: ml_collections.ConfigDict) -> None:
+    """A coordinator address names the run's processes: this one's id is below their count,
+    and without one (and without "auto") the run is one process."""
+    block = config.distributed
+    if block.coordinator not in ("", "auto") and block.process_id >= block.num_processes:
+        raise ConfigError(f"distributed.process_id ({block.process_id}) must be below distributed.num_processes "
+                          f"({block.num_processes}): processes are numbered from 0")
+    if block.coordinator == "" and block.num_processes > 1:
+        raise ConfigError(f"distributed.num_processes is {block.num_processes} but distributed.coordinator is "
+                          "empty: set it to process 0's host:port (or 'auto' on SLURM / Open MPI)")
+    if block.coordinator not in ("", "auto") and block.num_processes > 1 and \
+            config.num_threads % block.num_processes:
+        raise ConfigError(f"num_threads ({config.num_threads}) must be divisible by distributed.num_processes "
+                          f"({block.num_processes}): each process steps an equal share of the rollout threads")
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """The one validation of a training config: every declared field's check (`CHECKS`), then the
+    checks between fields.  Raises ConfigError with one line naming the field."""
+    for check in CHECKS:
+        check_field(config, check)
+    _check_preset(config)
+    _check_together(config)
+    _check_processes(config)

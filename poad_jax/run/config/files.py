@@ -1,0 +1,64 @@
+"""Config files: loading one by path (as `--config=` does), and the authors' presets."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+from typing import Any
+
+import ml_collections
+
+from poad_jax.run.config.errors import ConfigError
+
+
+def set_authors_semantics(config: ml_collections.ConfigDict, preset: str, method: str | None,
+                          method_settings: dict[str, dict[str, Any]]) -> ml_collections.ConfigDict:
+    """`config` with the POAD authors' learner semantics (docs/adrl_parity.md) and
+    `method`'s PPO settings from a preset's table `method_settings` (one place per
+    preset; the preset file cites their sources).
+
+    Sets: the method and `preset` ("<file>:<method>", checked by `validate`);
+    actions sampled from the word-normalised action scores; the value head
+    without biases in PyTorch's default init; a KL skip of the actor's step only;
+    the authors' advantage normalisation; then `ppo.<field>` for each of the
+    method's settings.
+    """
+    if method is None:  # `--config=<preset>` without `:<method>`: never a silent default
+        raise ConfigError(f"{preset} holds one preset per method: name it, --config={preset}:<method> with "
+                          f"<method> one of {', '.join(method_settings)}")
+    if method not in method_settings:
+        raise ValueError(f"unknown method {method!r} for {preset}; choose one of {', '.join(method_settings)}")
+    config.preset = f"{preset}:{method}"
+    config.method = method
+    config.restricted_sampling = "action_scores"
+    config.twosome_normalization = "word"
+    config.ppo.kl_skip = "actor"
+    config.ppo.advantage_normalization = "adrl"
+    config.critic.bias = False
+    config.critic.init = "torch"
+    for field, value in method_settings[method].items():
+        config.ppo[field] = value
+    return config
+
+
+def split_config_argument(spec: str | pathlib.Path) -> tuple[pathlib.Path, str | None]:
+    """`("configs/x.py", "twosome")` for "configs/x.py:twosome" (ml_collections' config-file
+    argument), `(path, None)` for a plain path."""
+    text = str(spec)
+    head, sep, tail = text.rpartition(":")
+    if sep and head.endswith(".py") and "/" not in tail:
+        return pathlib.Path(head), tail
+    return pathlib.Path(text), None
+
+
+def load_config_file(path: str | pathlib.Path) -> ml_collections.ConfigDict:
+    """`get_config()` of a config file given by path (as `--config=` loads it);
+    `get_config(argument)` for "path:argument"."""
+    path, argument = split_config_argument(path)
+    if not path.is_file():
+        raise ConfigError(f"no config file at {path}")
+    spec = importlib.util.spec_from_file_location(f"poad_config_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config() if argument is None else module.get_config(argument)
+
