@@ -184,8 +184,10 @@ def jax_phases(graph, frozen, state, batch, method, lconfig, repeats: int) -> di
 
     def loss_fn(params):
         logprobs, entropy, values, mask = learner_lib.policy_outputs(graph, frozen, params, batch, method, lconfig)
-        policy_loss = losses.clipped_policy_loss(logprobs, batch.old_logprobs, advantages, mask, lconfig.clip_eps)
-        value_loss = losses.clipped_value_loss(values, batch.old_values, returns, mask, lconfig.value_clip_eps)
+        surrogate = losses.clipped_surrogate(logprobs, batch.old_logprobs, advantages, lconfig.clip_eps)
+        policy_loss = losses.masked_mean(surrogate, mask)
+        value_error = losses.clipped_value_error(values, batch.old_values, returns, lconfig.value_clip_eps)
+        value_loss = losses.masked_mean(value_error, mask)
         return policy_loss + lconfig.vf_coef * value_loss - lconfig.ent_coef * losses.masked_mean(entropy, mask)
 
     forward = jax.jit(loss_fn)
