@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -89,7 +91,7 @@ from poad_jax.run import train
 from poad_jax.run import build
 from poad_jax.run import cli
 from poad_jax.agent.methods import make_method
-from poad_jax.core.policy import ValueHead, action_logprobs, base_features, head_values, split_policy
+from poad_jax.core.policy import PackedRows, ValueHead, action_logprobs, base_features, head_values, split_policy
 from poad_jax.core.token_batch import pack_rows
 
 np.set_printoptions(precision=3, suppress=True)
@@ -481,14 +483,12 @@ ROWS = {  # one row per (step, action): prompt + action tokens
         [p for p in PROMPTS for _ in ACTIONS], ACTION_TOKENS * STEPS, PROMPT_LEN, N_TOKENS, TOKENIZER.pad_token_id
     ).items()
 }
+PACKED = PackedRows(ROWS["tokens"], ROWS["positions"], ROWS["key_mask"], PROMPT_LEN)
 
 
 def trained_policy(name: str) -> np.ndarray:
     """[STEPS, 3]: pi(a | o_t) of a trained run."""
-    logprobs, _ = action_logprobs(
-        GRAPH, FROZEN, runs[name].state.params["actor"], ROWS["tokens"], ROWS["positions"], ROWS["key_mask"],
-        PROMPT_LEN, CONFIG.sampling.temperature or 1.0,
-    )
+    logprobs, _ = action_logprobs(GRAPH, FROZEN, runs[name].state.params["actor"], PACKED, CONFIG.sampling.temperature or 1.0)
     logprobs = np.asarray(logprobs).reshape(STEPS, len(ACTIONS), N_TOKENS)
     if make_method(name, GAMMA).token_level:
         scores = logprobs[..., DECISIVE]  # the other tokens are forced by the trie
@@ -522,7 +522,7 @@ for name in METHODS:
 
 # %%
 FEATURES = base_features(  # [STEPS, 3, 5, H]; adapters off, so the actor's LoRA state is unused
-    GRAPH, FROZEN, PARAMS["actor"], ROWS["tokens"], ROWS["positions"], ROWS["key_mask"], PROMPT_LEN
+    GRAPH, FROZEN, PARAMS["actor"], PACKED
 ).reshape(STEPS, len(ACTIONS), N_TOKENS, -1)
 
 

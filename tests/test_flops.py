@@ -28,7 +28,7 @@ from poad_jax.agent.methods import make_method
 from poad_jax.models.config import LlamaConfig, LoraConfig
 from poad_jax.models.decode import init_cache, unstack_weights
 from poad_jax.models.tiny import tiny_random_model
-from poad_jax.core.policy import ValueHead, action_logprobs, split_policy
+from poad_jax.core.policy import PackedRows, ValueHead, action_logprobs, split_policy
 from poad_jax.agent.rollout import StepRecord
 from poad_jax.agent.experience import behaviour_statistics, make_token_batch, pack_batch
 from poad_jax.sampling import Sampler, SamplingConfig
@@ -113,7 +113,7 @@ def token_rows(rows=2, prompt=5, action=4):
 def test_the_policy_forward_is_the_traced_count():
     model, _, (graph, frozen, params) = model_and_policy()
     tokens, positions, mask = token_rows()
-    traced = traced_flops(lambda f: action_logprobs(graph, f, params["actor"], tokens, positions, mask, 5, 1.0), frozen)
+    traced = traced_flops(lambda f: action_logprobs(graph, f, params["actor"], PackedRows(tokens, positions, mask, 5), 1.0), frozen)
     assert traced == flops.pass_flops(model.config, flops.Pass(2, 9, 4)).total
 
 
@@ -121,7 +121,7 @@ def test_the_policy_forward_is_the_traced_count():
 def test_training_a_pass_is_the_traced_count_of_its_gradient(remat):
     model, _, (graph, frozen, params) = model_and_policy(remat)
     tokens, positions, mask = token_rows()
-    loss = lambda lora: action_logprobs(graph, frozen, lora, tokens, positions, mask, 5, 1.0)[0].sum()
+    loss = lambda lora: action_logprobs(graph, frozen, lora, PackedRows(tokens, positions, mask, 5), 1.0)[0].sum()
     traced = traced_flops(jax.grad(loss), params["actor"])
     assert traced == flops.training_flops(model.config, flops.Pass(2, 9, 4), remat)
 

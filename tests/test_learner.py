@@ -123,13 +123,9 @@ def test_twosome_logprob_is_softmax_over_normalised_scores():
     rows, candidates, length = batch.tokens.shape
     # Score every candidate row with the token-level path (full vocabulary, T = 1).
     flat = jax.tree.map(lambda x: x, batch)
-    from poad_jax.core.policy import action_logprobs
+    from poad_jax.core.policy import PackedRows, action_logprobs
 
-    token_lp, _ = action_logprobs(
-        graph, frozen, params["actor"],
-        flat.tokens.reshape(rows * candidates, length), flat.positions.reshape(rows * candidates, length),
-        flat.key_mask.reshape(rows * candidates, length), batch.prompt_len, 1.0,
-    )
+    token_lp, _ = action_logprobs(graph, frozen, params["actor"], PackedRows.of(flat).flat(), 1.0)
     token_lp = np.asarray(token_lp, np.float64).reshape(rows, candidates, -1)
     mask = np.asarray(batch.action_mask)
     scores = (token_lp * mask).sum(-1) / np.asarray(batch.normalizer)

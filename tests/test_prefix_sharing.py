@@ -25,6 +25,7 @@ from poad_jax.models.tiny import tiny_random_model
 from poad_jax.core.policy import (
     ValueHead,
     action_level_log_policy,
+    PackedRows,
     candidate_token_logprobs,
     shared_prompt_visibility,
     split_policy,
@@ -100,8 +101,8 @@ def test_visibility_is_prompt_plus_own_block():
 def test_token_and_action_logprobs_equal_the_per_candidate_computation(normalization):
     graph, frozen, params, arrays, _ = setup(normalization)
     prompt_len = arrays["tokens"].shape[-1] - arrays["action_mask"].shape[-1]
-    args = (graph, frozen, params["actor"], *(jnp.asarray(arrays[k]) for k in ("tokens", "positions", "key_mask")),
-            prompt_len)
+    args = (graph, frozen, params["actor"],
+            PackedRows(*(jnp.asarray(arrays[k]) for k in ("tokens", "positions", "key_mask")), prompt_len))
     per_candidate = np.asarray(candidate_token_logprobs(*args, share_prompt=False))
     shared = np.asarray(candidate_token_logprobs(*args, share_prompt=True))
     mask = arrays["action_mask"] & arrays["candidate_mask"][..., None]
@@ -215,8 +216,8 @@ def test_batched_scoring_equals_one_prompt_at_a_time_and_the_learner():
     arrays, _ = pack_batch(steps, [[5]] * 3, make_method("twosome", 0.95), config, tokenizer.pad_token_id)
     prompt_len = arrays["tokens"].shape[-1] - arrays["action_mask"].shape[-1]
     token_logprobs = candidate_token_logprobs(
-        graph, frozen, params["actor"], *(jnp.asarray(arrays[k]) for k in ("tokens", "positions", "key_mask")),
-        prompt_len)
+        graph, frozen, params["actor"],
+        PackedRows(*(jnp.asarray(arrays[k]) for k in ("tokens", "positions", "key_mask")), prompt_len))
     log_pi = np.asarray(action_level_log_policy(
         token_logprobs, arrays["action_mask"], arrays["normalizer"], arrays["candidate_mask"]))
     for b, scores in enumerate(sampler.score_actions_batch(prompts, candidates, "word", texts)):

@@ -31,7 +31,7 @@ import numpy as np
 from poad_jax.agent.methods import Method
 from poad_jax.agent.rollout import RolloutConfig, StepRecord
 from poad_jax.core.layout import bucket_size
-from poad_jax.core.policy import FrozenBase, PolicyGraph, base_features, head_values
+from poad_jax.core.policy import FrozenBase, PackedRows, PolicyGraph, base_features, head_values
 from poad_jax.core.token_batch import TokenBatch, pack_rows
 
 
@@ -178,10 +178,8 @@ def behaviour_statistics(
         old_logprobs, _ = scheme.policy(graph, frozen, params["actor"], batch, temperature)
     features = scheme.critic_features(graph, frozen, critic_lora, batch, use_critic_lora)
     old_values = head_values(graph, value_head, features)
-    next_features = base_features(
-        graph, frozen, critic_lora, next_arrays["tokens"], next_arrays["positions"], next_arrays["key_mask"],
-        batch.prompt_len, use_lora=use_critic_lora,
-    )[:, 0]
+    next_rows = PackedRows(next_arrays["tokens"], next_arrays["positions"], next_arrays["key_mask"], batch.prompt_len)
+    next_features = base_features(graph, frozen, critic_lora, next_rows, use_lora=use_critic_lora)[:, 0]
     bootstrap_value = head_values(graph, value_head, next_features)
     return {
         "old_logprobs": old_logprobs,

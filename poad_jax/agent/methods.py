@@ -46,6 +46,7 @@ from poad_jax.core.flops import Pass, SchemePasses, shared_prompt_pass
 from poad_jax.core.layout import COUNT_BUCKETS, allowed_next_tokens, bucket_size
 from poad_jax.core.policy import (
     FrozenBase,
+    PackedRows,
     PolicyGraph,
     action_level_log_policy,
     action_policy_terms,
@@ -119,10 +120,8 @@ class TokenLevel:
         softmax(logits / T): the log-probs and the entropy over the offered continuations
         where they are packed (over the full vocabulary elsewhere), except that
         `vocabulary_logprobs` keeps the log-probs over the full vocabulary."""
-        terms = action_policy_terms(
-            graph, frozen, actor_lora, batch.tokens, batch.positions, batch.key_mask, batch.prompt_len,
-            temperature, batch.allowed_tokens, batch.allowed_mask,
-        )
+        terms = action_policy_terms(graph, frozen, actor_lora, PackedRows.of(batch), temperature,
+                                    batch.allowed_tokens, batch.allowed_mask)
         logprobs = terms.logprobs_vocabulary if self.vocabulary_logprobs else terms.logprobs_offered
         entropies = {"entropy_vocabulary": terms.entropy_vocabulary, "entropy_offered": terms.entropy_offered}
         return logprobs, terms.entropy_offered, entropies
@@ -135,9 +134,7 @@ class TokenLevel:
 
     def critic_features(self, graph: PolicyGraph, frozen: FrozenBase, lora, batch, use_lora: bool) -> jax.Array:
         """`[N, A, H]`: hidden states before each action token, V(o, w^{<j})'s input."""
-        return base_features(
-            graph, frozen, lora, batch.tokens, batch.positions, batch.key_mask, batch.prompt_len, use_lora=use_lora
-        )
+        return base_features(graph, frozen, lora, PackedRows.of(batch), use_lora=use_lora)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,10 +200,7 @@ class ActionLevel:
         candidates' token log-probs are taken at temperature 1 (TWOSOME scores
         actions by their likelihood; the sampler does the same)."""
         del temperature
-        token_logprobs = candidate_token_logprobs(
-            graph, frozen, actor_lora, batch.tokens, batch.positions, batch.key_mask, batch.prompt_len,
-            self.share_prompt,
-        )
+        token_logprobs = candidate_token_logprobs(graph, frozen, actor_lora, PackedRows.of(batch), self.share_prompt)
         log_pi = action_level_log_policy(token_logprobs, batch.action_mask, batch.normalizer, batch.candidate_mask)
         logprobs = jnp.take_along_axis(log_pi, batch.chosen[:, None], axis=-1)[:, 0]
         entropy = -jnp.sum(jnp.exp(log_pi) * log_pi, axis=-1)
@@ -231,10 +225,8 @@ class ActionLevel:
 
     def critic_features(self, graph: PolicyGraph, frozen: FrozenBase, lora, batch, use_lora: bool) -> jax.Array:
         """`[N, H]`: the hidden state at the prompt's last token, V(o)'s input."""
-        return base_features(
-            graph, frozen, lora, batch.tokens[:, 0], batch.positions[:, 0], batch.key_mask[:, 0],
-            batch.prompt_len, use_lora=use_lora,
-        )[:, 0]
+        prompts = PackedRows(batch.tokens[:, 0], batch.positions[:, 0], batch.key_mask[:, 0], batch.prompt_len)
+        return base_features(graph, frozen, lora, prompts, use_lora=use_lora)[:, 0]
 
 
 def action_token_discounts(batch, gamma_w: float) -> jax.Array:

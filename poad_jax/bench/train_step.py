@@ -87,7 +87,7 @@ def run_jax(directory: str, args) -> dict:
     from poad_jax.agent.methods import make_method
     from poad_jax.models import hf_io
     from poad_jax.models.llama import LoraConfig
-    from poad_jax.core.policy import ValueHead, action_logprobs, split_policy
+    from poad_jax.core.policy import PackedRows, ValueHead, action_logprobs, split_policy
     from poad_jax.core.token_batch import TokenBatch
 
     lora = LoraConfig(rank=8, alpha=16.0, targets=("q_proj", "v_proj"))
@@ -108,9 +108,8 @@ def run_jax(directory: str, args) -> dict:
     tokens = jnp.asarray(arrays["tokens"])
     positions = jnp.asarray(arrays["positions"])
     key_mask = jnp.ones(tokens.shape, bool)
-    old_logprobs, _ = jax.jit(action_logprobs, static_argnums=(0, 6, 7))(
-        graph, frozen, params["actor"], tokens, positions, key_mask, args.prompt, 1.0
-    )
+    old_logprobs, _ = jax.jit(lambda frozen, actor, *arrays: action_logprobs(
+        graph, frozen, actor, PackedRows(*arrays, args.prompt), 1.0))(frozen, params["actor"], tokens, positions, key_mask)
     batch = TokenBatch(
         tokens=tokens,
         positions=positions,
@@ -184,8 +183,10 @@ def jax_phases(graph, frozen, state, batch, method, lconfig, repeats: int) -> di
 
     def loss_fn(params):
         logprobs, entropy, values, mask = learner_lib.policy_outputs(graph, frozen, params, batch, method, lconfig)
-        policy_loss = losses.clipped_policy_loss(logprobs, batch.old_logprobs, advantages, mask, lconfig.clip_eps)
-        value_loss = losses.clipped_value_loss(values, batch.old_values, returns, mask, lconfig.value_clip_eps)
+        surrogate = losses.clipped_surrogate(logprobs, batch.old_logprobs, advantages, lconfig.clip_eps)
+        policy_loss = losses.masked_mean(surrogate, mask)
+        value_error = losses.clipped_value_error(values, batch.old_values, returns, lconfig.value_clip_eps)
+        value_loss = losses.masked_mean(value_error, mask)
         return policy_loss + lconfig.vf_coef * value_loss - lconfig.ent_coef * losses.masked_mean(entropy, mask)
 
     forward = jax.jit(loss_fn)

@@ -1,8 +1,9 @@
-"""PPO losses over action tokens: clipped policy loss, clipped value loss,
-entropy, approximate KL, clip fraction.
+"""PPO's per-element terms (clipped surrogate, clipped value error, k3 KL, outside-clip
+indicator), advantage normalisation, and the weights that average them.
 
-All functions take a `mask` of the elements that count (valid action tokens,
-or valid actions for action-level methods) and average over it ("token mean").
+The learner (`agent/learner.py`) weights the per-element terms by `chunk_weights`
+over a `mask` of the elements that count (valid action tokens, or valid actions for
+action-level methods); `masked_mean` is the one-chunk case ("token mean").
 """
 
 from __future__ import annotations
@@ -90,32 +91,6 @@ def outside_clip(logprobs: jax.Array, old_logprobs: jax.Array, clip_eps: float) 
     """Per element, 1.0 where the ratio lies outside [1 - eps, 1 + eps], else 0.0."""
     ratio = jnp.exp(logprobs - old_logprobs)
     return (jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32)
-
-
-def clipped_policy_loss(
-    logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, mask: jax.Array, clip_eps: float
-) -> jax.Array:
-    """mean over mask of -min(rho A, clip(rho, 1 - eps, 1 + eps) A), rho = exp(logp - logp_old)."""
-    chex.assert_equal_shape([logprobs, mask])
-    return masked_mean(clipped_surrogate(logprobs, old_logprobs, advantages, clip_eps), mask)
-
-
-def clipped_value_loss(
-    values: jax.Array, old_values: jax.Array, returns: jax.Array, mask: jax.Array, clip_eps: float
-) -> jax.Array:
-    """mean over mask of 0.5 max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2)."""
-    chex.assert_equal_shape([values, mask])
-    return masked_mean(clipped_value_error(values, old_values, returns, clip_eps), mask)
-
-
-def approx_kl(logprobs: jax.Array, old_logprobs: jax.Array, mask: jax.Array) -> jax.Array:
-    """k3 estimator of KL(old || new): mean over mask of (rho - 1) - log rho."""
-    return masked_mean(k3_kl(logprobs, old_logprobs), mask)
-
-
-def clip_fraction(logprobs: jax.Array, old_logprobs: jax.Array, mask: jax.Array, clip_eps: float) -> jax.Array:
-    """Fraction of masked elements whose ratio lies outside [1 - eps, 1 + eps]."""
-    return masked_mean(outside_clip(logprobs, old_logprobs, clip_eps), mask)
 
 
 def chunk_weights(mask: jax.Array, num_chunks: int) -> jax.Array:

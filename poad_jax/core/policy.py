@@ -97,6 +97,28 @@ class FrozenBase:
     rest: Any
 
 
+class PackedRows(NamedTuple):
+    """The rows one forward pass reads, in a TokenBatch's layout (`core/token_batch.py`): `tokens`,
+    `positions` and `key_mask` `[N, P + A]` (`[N, K, P + A]` for TWOSOME's candidates), the prompt
+    left padded to the first `prompt_len` = P columns (a static int)."""
+
+    tokens: jax.Array
+    positions: jax.Array
+    key_mask: jax.Array
+    prompt_len: int
+
+    @classmethod
+    def of(cls, batch) -> "PackedRows":
+        """The rows of a TokenBatch (or of anything with these four fields)."""
+        return cls(batch.tokens, batch.positions, batch.key_mask, batch.prompt_len)
+
+    def flat(self) -> "PackedRows":
+        """Candidate rows `[N, K, L]` as `[N K, L]` rows of their own."""
+        length = self.tokens.shape[-1]
+        return PackedRows(*(x.reshape(-1, length) for x in (self.tokens, self.positions, self.key_mask)),
+                          self.prompt_len)
+
+
 def split_policy(model: Llama, head: ValueHead) -> tuple[PolicyGraph, FrozenBase, dict[str, Any]]:
     """Splits model + head into static graph, frozen base, trainable params.
 
@@ -171,23 +193,21 @@ def action_policy_terms(
     graph: PolicyGraph,
     frozen: FrozenBase,
     actor_lora,
-    tokens: jax.Array,
-    positions: jax.Array,
-    key_mask: jax.Array,
-    prompt_len: int,
+    rows: PackedRows,
     temperature: float,
     allowed_tokens: jax.Array | None = None,
     allowed_mask: jax.Array | None = None,
 ) -> TokenPolicyTerms:
     """`token_policy_terms` `[N, A]` of softmax(logits / temperature) at each action column of
-    rows `tokens [N, P + A]` (one forward of the actor)."""
-    num_rows, length = tokens.shape
+    `rows` `[N, P + A]` (one forward of the actor)."""
+    num_rows, length = rows.tokens.shape
+    prompt_len = rows.prompt_len
     action_len = length - prompt_len
     model = merge_model(graph, frozen, actor_lora)
-    hidden = model(tokens, positions, key_mask, use_lora=True, return_logits=False,
+    hidden = model(rows.tokens, rows.positions, rows.key_mask, use_lora=True, return_logits=False,
                    constrain=graph.constrain).hidden
     logits = model.logits(action_window(hidden, prompt_len, action_len)) / temperature
-    terms = token_policy_terms(logits, tokens[:, prompt_len:], allowed_tokens, allowed_mask)
+    terms = token_policy_terms(logits, rows.tokens[:, prompt_len:], allowed_tokens, allowed_mask)
     chex.assert_shape(list(terms), (num_rows, action_len))
     return terms
 
@@ -201,27 +221,18 @@ def action_logprobs(*args, **kwargs) -> tuple[jax.Array, jax.Array]:
     return terms.logprobs_offered, terms.entropy_offered
 
 
-def base_features(
-    graph: PolicyGraph,
-    frozen: FrozenBase,
-    lora,
-    tokens: jax.Array,
-    positions: jax.Array,
-    key_mask: jax.Array,
-    prompt_len: int,
-    use_lora: bool = False,
-) -> jax.Array:
-    """Final hidden states `[N, A, H]` at the action-predicting columns.
+def base_features(graph: PolicyGraph, frozen: FrozenBase, lora, rows: PackedRows, use_lora: bool = False) -> jax.Array:
+    """Final hidden states `[N, A, H]` at the action-predicting columns of `rows` `[N, P + A]`.
 
     With `use_lora=False` this is the frozen base with adapters off (the
     paper's critic input; `lora` is any LoRA state of the model, unused); with
     `use_lora=True` it is the forward with the given (critic) LoRA state.
     """
-    action_len = tokens.shape[1] - prompt_len
+    action_len = rows.tokens.shape[1] - rows.prompt_len
     model = merge_model(graph, frozen, lora)
-    hidden = model(tokens, positions, key_mask, use_lora=use_lora, return_logits=False,
+    hidden = model(rows.tokens, rows.positions, rows.key_mask, use_lora=use_lora, return_logits=False,
                    constrain=graph.constrain).hidden
-    return action_window(hidden, prompt_len, action_len)
+    return action_window(hidden, rows.prompt_len, action_len)
 
 
 def head_values(graph: PolicyGraph, head_state, features: jax.Array) -> jax.Array:
@@ -294,17 +305,10 @@ def shared_prompt_token_logprobs(
 
 
 def candidate_token_logprobs(
-    graph: PolicyGraph,
-    frozen: FrozenBase,
-    actor_lora,
-    tokens: jax.Array,
-    positions: jax.Array,
-    key_mask: jax.Array,
-    prompt_len: int,
-    share_prompt: bool = True,
+    graph: PolicyGraph, frozen: FrozenBase, actor_lora, rows: PackedRows, share_prompt: bool = True
 ) -> jax.Array:
     """`[N, K, A]` token log-probs (temperature 1, full vocabulary) of the K
-    candidate rows `[N, K, P + A]` of an action-level TokenBatch.
+    candidate rows `rows` `[N, K, P + A]` of an action-level TokenBatch.
 
     `share_prompt=True` encodes each state's prompt once
     (`shared_prompt_token_logprobs`); `False` is the per-candidate
@@ -312,14 +316,12 @@ def candidate_token_logprobs(
     kept as the reference the shared one is tested against.  The rows of a
     state must share their prompt columns (`rollout.pack_batch` makes them so).
     """
-    rows, num_candidates, length = tokens.shape
+    num_rows, num_candidates, _ = rows.tokens.shape
     if not share_prompt:
-        flat = lambda x: x.reshape(rows * num_candidates, length)
-        logprobs, _ = action_logprobs(
-            graph, frozen, actor_lora, flat(tokens), flat(positions), flat(key_mask), prompt_len, 1.0
-        )
-        return logprobs.reshape(rows, num_candidates, -1)
+        logprobs, _ = action_logprobs(graph, frozen, actor_lora, rows.flat(), 1.0)
+        return logprobs.reshape(num_rows, num_candidates, -1)
     model = merge_model(graph, frozen, actor_lora)
+    tokens, positions, key_mask, prompt_len = rows
     return shared_prompt_token_logprobs(
         model,
         tokens[:, 0, :prompt_len], positions[:, 0, :prompt_len], key_mask[:, 0, :prompt_len],
