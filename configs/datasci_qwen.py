@@ -17,4 +17,8 @@ def get_config():
     config.num_threads = 4
     config.rollout_length = 4
     config.total_env_steps = 32
+    # The numerics its study ran with (studies/datasci_qwen.py, docs/results/raw/datasci_qwen), before
+    # configs/datasci.py chose them from the machine ("auto").
+    config.matmul_dtype = "bfloat16"
+    config.behaviour_logprobs = "recompute"
     return config
