@@ -79,14 +79,16 @@ class LearnerConfig:
     importance_weight_clip: float
 
 
-def check_batch_rows(num_rows: int, config: LearnerConfig) -> None:
-    """The batch splits into `num_minibatches x accumulation_steps` equal parts (a
-    shape contract of the update; the settings themselves are checked by
-    `poad_jax.run.config.validate`)."""
-    if num_rows % (config.num_minibatches * config.accumulation_steps):
+def check_batch_rows(num_rows: int, config: LearnerConfig, row_groups: int = 1) -> None:
+    """The batch splits into `num_minibatches x accumulation_steps` equal parts on each of
+    `row_groups` batch shards (a shape contract of the update; the settings themselves are
+    checked once, by `poad_jax.run.config.validate`)."""
+    if num_rows % (config.num_minibatches * config.accumulation_steps * row_groups):
+        shards = " x batch shards" if row_groups != 1 else ""
+        counts = f" x {row_groups}" if row_groups != 1 else ""
         raise ValueError(
-            f"rows per update ({num_rows}) must be divisible by num_minibatches x "
-            f"accumulation_steps ({config.num_minibatches} x {config.accumulation_steps})"
+            f"rows per update ({num_rows}) must be divisible by num_minibatches x accumulation_steps{shards} "
+            f"({config.num_minibatches} x {config.accumulation_steps}{counts})"
         )
 
 
@@ -271,12 +273,7 @@ def build_update(
     def update(state: TrainState, frozen: FrozenBase, batch: TokenBatch):
         traces["count"] += 1  # runs at trace time only: counts compilations
         num_rows = batch.num_rows
-        check_batch_rows(num_rows, config)
-        if num_rows % (config.num_minibatches * config.accumulation_steps * row_groups):
-            raise ValueError(
-                f"rows per update ({num_rows}) must be divisible by num_minibatches x accumulation_steps x "
-                f"batch shards ({config.num_minibatches} x {config.accumulation_steps} x {row_groups})"
-            )
+        check_batch_rows(num_rows, config, row_groups)
         advantages, returns = compute_advantages(batch, method, config)
         value_mask = method.scheme.valid(batch)
 

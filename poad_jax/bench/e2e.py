@@ -212,7 +212,7 @@ def main(argv: list[str]) -> int:
     chosen = hardware.resolve_config(config)  # "auto": the dtype this machine's run will use
     if chosen:
         print(chosen, flush=True)
-    matmul_dtype = str(config.get("matmul_dtype", "float32"))
+    matmul_dtype = str(config.matmul_dtype)
     peak_before = matmul_gflops(matmul_dtype)  # the ceiling: the better of before and after the run
 
     # Wall time per update: wrap the logger so each record gets the time since the previous one.
@@ -251,7 +251,7 @@ def main(argv: list[str]) -> int:
     sharing = "" if config.method != "twosome" else (
         ", prompt shared" if config.share_prompt else ", per-candidate prompts")
     print(f"e2e: {config.name} ({config.env.name}), model {config.model}, method {config.method}{sharing}, "
-          f"matmuls {config.get('matmul_dtype', 'float32')}, "
+          f"matmuls {config.matmul_dtype}, "
           f"{config.num_threads} threads x {config.rollout_length} steps per update, "
           f"max_new_tokens {config.sampling.max_new_tokens}, {len(records)} updates, CPU")
     header = f"{'':24s} {'s / 1k steps':>13s} " + " ".join(f"{name:>10s}" for name in (*PHASES, "other"))
@@ -280,7 +280,7 @@ def main(argv: list[str]) -> int:
         "model": str(config.model),
         "method": str(config.method),
         "share_prompt": bool(config.share_prompt),
-        "matmul_dtype": str(config.get("matmul_dtype", "float32")),
+        "matmul_dtype": str(config.matmul_dtype),
         "s_per_1k_env_steps": round(headline["s_per_1k_env_steps"], 2),
         "warm": warm is not None,
         "s_per_1k_by_phase": {k: round(v, 2) for k, v in headline["s_per_1k_by_phase"].items()},

@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
     finally:
         envs.close()
     result = summary(np.concatenate(all_gaps))
-    dtype = str(config.get("matmul_dtype", "float32"))
+    dtype = str(config.matmul_dtype)
     verdict = "within" if result["max"] <= THRESHOLD else "ABOVE"
     print(f"\n{config.method} {config.env.name}, {config.model}, matmul {dtype}, LoRA B "
           f"{'perturbed at ' + str(values.perturb_lora) if values.perturb_lora > 0 else 'as initialised'}: "
