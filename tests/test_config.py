@@ -378,3 +378,17 @@ def test_cli_refuses_a_bad_value_of_each_kind_in_one_line(tmp_path, override, li
     assert "Traceback" not in done.stderr
     assert [text for text in done.stderr.splitlines() if text.strip()] == [f"error: {line}"]
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_each_random_stream_of_a_run_has_its_own_key(seed):
+    """The learner, the first rollout and a LoRA critic's fresh adapter draw from three different keys
+    (the critic adapter once shared the rollout's), and the same seed gives the same keys."""
+    import jax
+
+    seeds = build.run_seeds(seed)
+    keys = {name: tuple(jax.random.key_data(getattr(seeds, name)).tolist())
+            for name in ("critic_lora", "learner", "rollout")}
+    assert len(set(keys.values())) == 3, keys
+    again = build.run_seeds(seed)
+    assert all(tuple(jax.random.key_data(getattr(again, name)).tolist()) == key for name, key in keys.items())

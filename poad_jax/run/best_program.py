@@ -32,6 +32,8 @@ import sys
 import tempfile
 from typing import Any, Iterable
 
+from poad_jax.run.config.errors import one_line
+
 PROGRAM_FILE = "best_program.py"
 RECORD_FILE = "best_program.json"
 
@@ -182,11 +184,6 @@ def rescore(workdir: pathlib.Path):
         return best, env.score_program(best.program)
     finally:
         env.close()
-
-
-def one_line(error: BaseException | str) -> str:
-    """An error message folded onto one line."""
-    return " ".join(str(error).split())
 
 
 def summary_lines(best: BestProgram | None, workdir: pathlib.Path) -> list[str]:

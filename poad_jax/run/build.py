@@ -47,10 +47,9 @@ from poad_jax.models.tiny import tiny_random_model
 from poad_jax.parallel import hosts
 from poad_jax.run import config as config_lib
 from poad_jax.run import hardware
-from poad_jax.run.best_program import one_line
+from poad_jax.run.config.errors import TrainError, one_line
 from poad_jax.sampling import Sampler
 
-TrainError = config_lib.ConfigError  # a user mistake: one line, exit status 2
 
 
 def jax_dtype(name: str) -> Any:
@@ -72,7 +71,9 @@ class RunSeeds(NamedTuple):
     have always been: checkpoints and seeded runs reproduce).
 
     model: the tiny random model's weights; head: the value head's init (`nnx.Rngs`);
-    critic_lora: the fresh critic adapter's key; learner: the train state's key (minibatch
+    critic_lora: the fresh critic adapter's key (`critic.kind="lora"` only; its own stream since
+    2026-11-26, before that the rollout's first key, so a LoRA-critic run seeded before then
+    starts from another critic adapter); learner: the train state's key (minibatch
     orders); rollout: the first key of the rollouts' stream (split once per update);
     numpy: the collector's NumPy generator (one process; several: `hosts.numpy_seed`);
     envs: the environments' seed (this process's: `hosts.env_seed`)."""
@@ -87,8 +88,9 @@ class RunSeeds(NamedTuple):
 
 
 def run_seeds(seed: int, process_index: int = 0) -> RunSeeds:
-    return RunSeeds(model=seed, head=seed + 1, critic_lora=jax.random.key(seed + 1), learner=jax.random.key(seed),
-                    rollout=jax.random.key(seed + 1), numpy=seed, envs=hosts.env_seed(seed, process_index))
+    return RunSeeds(model=seed, head=seed + 1, critic_lora=jax.random.fold_in(jax.random.key(seed + 1), 1),
+                    learner=jax.random.key(seed), rollout=jax.random.key(seed + 1), numpy=seed,
+                    envs=hosts.env_seed(seed, process_index))
 
 
 def build_method(config: ml_collections.ConfigDict) -> Method:

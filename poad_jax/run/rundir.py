@@ -27,9 +27,9 @@ import ml_collections
 import envs_py
 from poad_jax.run import checkpoint as checkpoint_lib
 from poad_jax.run import config as config_lib
-from poad_jax.run.best_program import PROGRAM_FILE, RECORD_FILE, one_line, write_atomically
+from poad_jax.run.best_program import PROGRAM_FILE, RECORD_FILE, write_atomically
+from poad_jax.run.config.errors import TrainError, one_line
 
-TrainError = config_lib.ConfigError
 
 CONFIG_FILE = "config.json"
 CHANGES_FILE = "config_changes.jsonl"

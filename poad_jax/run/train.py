@@ -49,12 +49,11 @@ from poad_jax.run import hardware
 from poad_jax.run import metrics as run_logging
 from poad_jax.run import rundir
 from poad_jax.run.build import Built, build, placement
-from poad_jax.run.config import ConfigError, validate
+from poad_jax.run.config import TrainError, validate
 from poad_jax.run.progress import NoProgress, RunProgress
 from poad_jax.run.resume import checkpoint_meta, restore, run_stats
 from poad_jax.sampling import Sampler
 
-TrainError = ConfigError  # the trainer's user mistakes are the configuration's: one line, exit status 2
 
 
 @dataclasses.dataclass

@@ -33,7 +33,7 @@ Importing this package imports no JAX (the config files import it).
 from poad_jax.run.config.checks import CHECKS, check_field, sampler_logprobs_refusal, validate
 from poad_jax.run.config.convert import learner_config, rollout_config, sampling_config
 from poad_jax.run.config.declare import Check, OneOf, above, at_least, setting, section, within
-from poad_jax.run.config.errors import ConfigError
+from poad_jax.run.config.errors import ConfigError, TrainError, one_line
 from poad_jax.run.config.fields import UnknownFieldError, completed, field_parent, field_value
 from poad_jax.run.config.files import load_config_file, set_authors_semantics, split_config_argument
 from poad_jax.run.config.resumable import RESUMABLE_FIELDS, SAME_NUMBERS, resumable_kind
@@ -44,5 +44,5 @@ __all__ = [
     "RESUMABLE_FIELDS", "SAME_NUMBERS", "UnknownFieldError", "above", "at_least", "check_field", "completed",
     "default_config", "field_parent", "field_value", "learner_config", "load_config_file", "resumable_kind",
     "rollout_config", "sampler_logprobs_refusal", "sampling_config", "section", "set_authors_semantics",
-    "setting", "split_config_argument", "validate", "within",
+    "setting", "split_config_argument", "TrainError", "one_line", "validate", "within",
 ]
