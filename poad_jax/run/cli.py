@@ -35,7 +35,7 @@ from poad_jax.run import best_program as best_lib
 from poad_jax.run import checkpoint as checkpoint_lib
 from poad_jax.run import config as config_lib
 from poad_jax.run import metrics as run_logging
-from poad_jax.run.config import load_config_file, split_config_argument
+from poad_jax.run.config import load_config_file, one_line, split_config_argument
 from poad_jax.run.rundir import check_cache_dir, default_workdir
 from poad_jax.run.train import RunResult, TrainError, run
 
@@ -135,7 +135,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 
 def fail(message: str) -> None:
     """Prints `error: <message>` as one line on stderr and exits with status 2."""
-    print(f"error: {best_lib.one_line(message)}", file=sys.stderr)
+    print(f"error: {one_line(message)}", file=sys.stderr)
     sys.exit(EXIT_USER_ERROR)
 
 
@@ -178,7 +178,7 @@ def main(config: ml_collections.ConfigDict, workdir: pathlib.Path, compilation_c
             enable_compilation_cache(cache_root)
         result = run(config, workdir, show_progress=show_progress)
     except USER_ERRORS as error:
-        print(f"error: {best_lib.one_line(error)}", file=sys.stderr)
+        print(f"error: {one_line(error)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         checkpoint_lib.remove_unfinished_saves(workdir / "checkpoints")

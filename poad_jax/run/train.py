@@ -49,7 +49,7 @@ from poad_jax.run import hardware
 from poad_jax.run import metrics as run_logging
 from poad_jax.run import rundir
 from poad_jax.run.build import Built, build, placement
-from poad_jax.run.config import TrainError, validate
+from poad_jax.run.config import TrainError, one_line, validate
 from poad_jax.run.progress import NoProgress, RunProgress
 from poad_jax.run.resume import checkpoint_meta, restore, run_stats
 from poad_jax.sampling import Sampler
@@ -211,7 +211,7 @@ def join_processes(config: ml_collections.ConfigDict) -> None:
     except Exception as error:  # unreachable coordinator, JAX already started, no cluster detected, ...
         where = config.distributed.coordinator
         raise TrainError(f"cannot join the run's processes (distributed.coordinator {where!r}): "
-                         f"{best_lib.one_line(error)}") from None
+                         f"{one_line(error)}") from None
 
 
 def build_envs(config: ml_collections.ConfigDict, num_envs: int | None = None,
@@ -226,7 +226,7 @@ def build_envs(config: ml_collections.ConfigDict, num_envs: int | None = None,
             mode=str(config.env.vector_mode), **dict(config.env.kwargs),
         )
     except Exception as error:  # construction runs user-chosen kwargs and data files: say what failed
-        raise TrainError(f"cannot build environment {config.env.name!r}: {best_lib.one_line(error)}") from None
+        raise TrainError(f"cannot build environment {config.env.name!r}: {one_line(error)}") from None
 
 
 def vocabulary_warning(tokenizer, observations: list[envs_py.Observation]) -> str | None:
