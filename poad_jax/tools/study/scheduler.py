@@ -294,10 +294,10 @@ def seed_major(cells: list[Cell], seeds: tuple[int, ...]) -> list[Cell]:
 HEARTBEAT_SECONDS = 60.0  # how often a running invocation writes its wall time so far to study.json
 
 
-def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: dict[str, Any], workers: int,
-               reuse: bool, log, launched: list[str], heartbeat) -> dict[str, str]:
-    totals = {name: int(config.total_env_steps) for name, config in configs.items()}
-    status: dict[str, str] = {}
+def _cells_to_run(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: dict[str, Any],
+                  totals: dict[str, int], reuse: bool, log, status: dict[str, str]) -> list[Cell]:
+    """The cells still to train, seed-major; a finished cell, or one reused from a sibling study
+    (linked into `workdir`), is marked "done" in `status` instead."""
     pending: list[Cell] = []
     for cell in cells:
         cell_dir = workdir / "cells" / cell.name
@@ -311,7 +311,14 @@ def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: 
             log(f"reused {cell.name} from {source}")
             continue
         pending.append(cell)
-    pending = seed_major(pending, study.seeds)
+    return seed_major(pending, study.seeds)
+
+
+def _run_cells(study: Study, workdir: pathlib.Path, cells: list[Cell], configs: dict[str, Any], workers: int,
+               reuse: bool, log, launched: list[str], heartbeat) -> dict[str, str]:
+    totals = {name: int(config.total_env_steps) for name, config in configs.items()}
+    status: dict[str, str] = {}
+    pending = _cells_to_run(study, workdir, cells, configs, totals, reuse, log, status)
 
     running: dict[str, tuple[subprocess.Popen, float, Any]] = {}
     durations: list[float] = []
