@@ -27,8 +27,12 @@ PARTS=/root/gguf_parts
 export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # many processes share one GPU
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/root/jax_cache}
+# No kernel autotuning: with it, 21 processes compiling at once took 690 s to their first update on the
+# H100 (2026-11-25); without it, 11 processes took 55-85 s on the H200 (2026-11-26), and the cells' steady
+# updates ran at 1.6-4.3 s (docs/results.md). XLA's default kernels serve these small models well.
+export XLA_FLAGS=${XLA_FLAGS:---xla_gpu_autotune_level=0}
 # name:workers of each study `start` runs; issue 40's VirtualHome studies (docs/results.md) e.g.:
-#   STUDIES="virtualhome_preset_8steps:9 virtualhome_preset_ladder:9 virtualhome_options:11" ... start
+#   STUDIES="virtualhome_preset_8steps:9 virtualhome_options:11:1" ... start   (name:workers[:seeds])
 STUDIES=${STUDIES:-"overcooked_paper:3 virtualhome_paper:9 virtualhome_paper_chosen_lr:9"}
 
 setup() {
@@ -50,7 +54,7 @@ setup() {
 }
 
 start_mps() {  # lets the processes' kernels overlap on the one GPU; fine without it
-  if pgrep -x nvidia-cuda-mps-control >/dev/null; then
+  if pgrep -f nvidia-cuda-mps-control >/dev/null; then
     echo "MPS daemon already running"
   elif command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d 2>/dev/null; then
     echo "MPS daemon started"
@@ -84,11 +88,12 @@ start() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$RUNS/machine.txt"
   echo "$(nproc) CPU cores" >> "$RUNS/machine.txt"
   echo "${COMMIT:-unknown}" > "$RUNS/commit"  # the device's copy may carry a stale .git: the caller names it
-  for entry in $STUDIES; do
-    local name=${entry%%:*} workers=${entry##*:}
+  for entry in $STUDIES; do  # name:workers or name:workers:seeds (e.g. virtualhome_options:11:1 runs seed 1)
+    local name workers seeds
+    IFS=: read -r name workers seeds <<< "$entry"
     setsid nohup python3 -m poad_jax.study --study=studies/$name.py --workdir="$RUNS/$name" \
-      --workers=$workers --no-reuse > "$RUNS/$name.log" 2>&1 < /dev/null &
-    echo "started $name ($workers workers)"
+      --workers=$workers --no-reuse ${seeds:+--seeds=$seeds} > "$RUNS/$name.log" 2>&1 < /dev/null &
+    echo "started $name ($workers workers${seeds:+, seeds $seeds})"
   done
 }
 

@@ -681,3 +681,21 @@ def test_a_study_file_naming_the_theory_module_where_it_was_still_reports():
     """Study files written before the package's layers name `poad_jax.theory`; it is `poad_jax.tools.theory` now."""
     old = report._theory_fn("poad_jax.theory:save_or_take_optimum")
     assert old is report._theory_fn("poad_jax.tools.theory:save_or_take_optimum") is not None
+
+
+def test_seeds_runs_only_those_seeds_and_a_later_run_adds_the_rest(tmp_path):
+    study_file = write_study(tmp_path, name="by_seed", updates=1, methods=("poad",), seeds=(0, 1))
+    workdir = tmp_path / "runs" / "by_seed"
+    one_line_error(run_cli(f"--study={study_file}", f"--workdir={workdir}", "--seeds=2"), "has seeds 0,1")
+    one_line_error(run_cli(f"--study={study_file}", f"--workdir={workdir}", "--seeds=one"), "whole numbers")
+    result = run_cli(f"--study={study_file}", f"--workdir={workdir}", "--seeds=1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    finished = sorted(p.parent.name for p in (workdir / "cells").glob("*/finished.json"))
+    assert finished == ["POAD__seed=1"]
+    recorded = json.loads((workdir / "study.json").read_text())
+    assert [cell["seed"] for cell in recorded["cells"]] == [0, 1]  # the study is still the whole study
+    result = run_cli(f"--study={study_file}", f"--workdir={workdir}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "cells: 1 done" in result.stdout.splitlines()[0]  # seed 1 kept, only seed 0 trained
+    finished = sorted(p.parent.name for p in (workdir / "cells").glob("*/finished.json"))
+    assert finished == ["POAD__seed=0", "POAD__seed=1"]

@@ -46,6 +46,16 @@ from poad_jax.tools.study.report import publish, write_report
 from poad_jax.tools.study.scheduler import read_json, run_study
 from poad_jax.tools.study.spec import STUDY_FILE, StudyError, load_study
 
+def parse_seeds(text: str | None) -> tuple[int, ...] | None:
+    """`--seeds=1,2` as (1, 2); None when the option is absent."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise StudyError(f"--seeds takes whole numbers separated by commas, e.g. --seeds=1,2; got {text!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m poad_jax.study", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -64,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--up-to", type=int, default=None, metavar="ENV_STEPS",
                         help="a first pass: train every cell only up to this many env steps (re-run without "
                              "it to continue them to the end)")
+    parser.add_argument("--seeds", default=None, metavar="S[,S...]",
+                        help="run only these of the study's seeds, e.g. --seeds=1,2 (a pass that fits one "
+                             "session or one lent machine; the report covers every seed that has run)")
     parser.add_argument("--publish", default=None, metavar="DIR",
                         help="also copy the report and its figures to DIR (e.g. docs/results)")
     args = parser.parse_args(argv)
@@ -73,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.up_to is not None and args.up_to < 1:
             raise StudyError(f"--up-to must be >= 1 env step, got {args.up_to}")
         study = load_study(args.study)
+        seeds = parse_seeds(args.seeds)
         # Relative to where the command runs, as train's ./runs is.
         workdir = pathlib.Path(args.workdir) if args.workdir else pathlib.Path("runs") / "studies" / study.name
         if args.report:
@@ -82,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             if not study.recorded_in(recorded):
                 raise StudyError(f"workdir {workdir} holds another study ({recorded.get('identity')})")
         else:
-            status = run_study(study, workdir, workers=args.workers, reuse=not args.no_reuse, up_to=args.up_to)
+            status = run_study(study, workdir, workers=args.workers, reuse=not args.no_reuse, up_to=args.up_to,
+                                 seeds=seeds)
             failed = [name for name, s in status.items() if s == "failed"]
             if failed:
                 print(f"{len(failed)} cell(s) failed: {', '.join(failed[:5])}"

@@ -250,8 +250,12 @@ def staged(cell: Cell, config: ml_collections.ConfigDict, up_to: int) -> Cell:
 
 
 def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool = True,
-              log=print, up_to: int | None = None) -> dict[str, str]:
+              log=print, up_to: int | None = None, seeds: tuple[int, ...] | None = None) -> dict[str, str]:
     """Runs every unfinished cell (at most `workers` at once); returns {cell: status}.
+
+    `seeds`: run only the cells of these seeds of the study's (a pass that fits
+    one session or one lent machine; the report covers every seed that has run,
+    wherever its cells ran).
 
     `up_to`: train every cell only up to that many env steps (a first pass that
     answers early questions, e.g. whether any method moves, before any cell runs
@@ -265,6 +269,10 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
         cells = [staged(cell, configs[cell.name], up_to) for cell in cells]
         configs = {cell.name: cell_config(study, cell) for cell in cells}
         reuse = False
+    to_run = cells
+    if seeds is not None:
+        seeds = chosen_seeds(study, seeds)
+        to_run = [cell for cell in cells if cell.seed in seeds]
     workdir = workdir.absolute()  # the cells' --workdir, whatever directory they run in
     check_workdir(study, workdir, cells)
     with study_lock_dir(workdir):
@@ -277,9 +285,18 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
             update_session(workdir, session, started, len(launched), ended=False)
 
         try:
-            return _run_cells(study, workdir, cells, configs, workers, reuse, log, launched, heartbeat)
+            return _run_cells(study, workdir, to_run, configs, workers, reuse, log, launched, heartbeat)
         finally:
             update_session(workdir, session, started, len(launched), ended=True)
+
+
+def chosen_seeds(study: Study, seeds: tuple[int, ...]) -> tuple[int, ...]:
+    """`seeds` if each is one of the study's; else StudyError naming the study's seeds."""
+    unknown = [seed for seed in seeds if seed not in study.seeds]
+    if not seeds or unknown:
+        raise StudyError(f"--seeds {','.join(map(str, seeds)) or '(none)'}: study {study.name!r} has seeds "
+                         f"{','.join(map(str, study.seeds))}")
+    return seeds
 
 
 def seed_major(cells: list[Cell], seeds: tuple[int, ...]) -> list[Cell]:
