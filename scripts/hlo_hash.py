@@ -40,7 +40,8 @@ MACHINE_FIELDS = ("seconds_", "peak_rss_mb")
 
 def stripped_hlo(text: str) -> str:
     """HLO text without debug information (per-op metadata, the stack-frame tables after
-    the module's header line), which a file move changes."""
+    the module's header line), which a file move changes, and with every instruction's and
+    computation's name replaced by its rank of first appearance (`canonical_names`)."""
     kept, in_table = [], False
     for line in METADATA.sub("", text).split("\n"):
         if line in DEBUG_TABLES:
@@ -49,7 +50,26 @@ def stripped_hlo(text: str) -> str:
             in_table = False
         if not in_table:
             kept.append(line)
-    return "\n".join(kept)
+    return canonical_names("\n".join(kept))
+
+
+DEFINED = re.compile(r"^\s*(?:ROOT\s+)?%?([A-Za-z_][\w.\-]*)\s*=|^(?:ENTRY\s+)?%?([A-Za-z_][\w.\-]*)\s*[({]",
+                     re.MULTILINE)
+
+
+def canonical_names(text: str) -> str:
+    """`text` with each name an instruction or a computation defines (with or without its `%`)
+    written `n<k>`, k its rank of first definition: JAX names some instructions after the Python
+    function that traced them (`ppo_update__locals__epoch.4`), so renaming or moving a function
+    would change the text while the computation stays the same."""
+    ranks: dict[str, str] = {}
+    for match in DEFINED.finditer(text):
+        ranks.setdefault(match.group(1) or match.group(2), f"n{len(ranks)}")
+    if not ranks:
+        return text
+    names = re.compile(r"(?<![\w.\-])%?(" + "|".join(map(re.escape, sorted(ranks, key=len, reverse=True)))
+                       + r")(?![\w.\-])")
+    return names.sub(lambda m: ranks[m.group(1)], text)
 
 
 def learned_numbers(records: list[dict]) -> list[dict]:

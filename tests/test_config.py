@@ -224,7 +224,7 @@ def test_the_trainers_learner_config_is_the_configs(tmp_path, monkeypatch):
         seen["lconfig"] = lconfig
         raise _Stop
 
-    monkeypatch.setattr(build, "make_update_fn", capture_update)
+    monkeypatch.setattr(build, "jit_update", capture_update)
     with pytest.raises(_Stop):
         train.run(config, tmp_path / "w", show_progress=False)
     assert dataclasses.asdict(seen["lconfig"]) == expected_learner_fields(config)

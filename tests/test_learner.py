@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pathlib
 
 import jax
@@ -23,7 +25,7 @@ import envs_py
 from poad_jax.run import train
 from poad_jax.run import config as config_lib
 from poad_jax.run.config import learner_config, rollout_config
-from poad_jax.agent.learner import compute_advantages, init_train_state, make_update_fn, policy_outputs
+from poad_jax.agent.learner import compute_advantages, init_train_state, jit_update, policy_outputs
 from poad_jax.agent.methods import make_method
 from poad_jax.models.tiny import tiny_random_model
 from poad_jax.core.policy import ValueHead, split_policy, token_logprobs_and_entropy
@@ -136,10 +138,31 @@ def test_twosome_logprob_is_softmax_over_normalised_scores():
     del token_method, entropy, steps
 
 
+@pytest.mark.parametrize("method_name", ["poad", "twosome"])
+def test_each_scheme_packs_its_own_complete_batch_type(method_name):
+    """A token-level method's batch is a TokenLevelBatch, an action-level one's an ActionLevelBatch;
+    every field is an array of the rank its type documents (no None but the optional correction)."""
+    from poad_jax.core.token_batch import ActionLevelBatch, TokenLevelBatch
+
+    _, _, _, method, batch, _ = collect_batch(method_name, num_threads=2, rollout_length=2)
+    token_level = method.scheme.token_level
+    assert type(batch) is (TokenLevelBatch if token_level else ActionLevelBatch)
+    ranks = ({"tokens": 2, "action_mask": 2, "old_logprobs": 2, "old_values": 2, "features": 3,
+              "allowed_tokens": 3, "allowed_mask": 3} if token_level else
+             {"tokens": 3, "action_mask": 3, "old_logprobs": 1, "old_values": 1, "features": 2,
+              "chosen": 1, "candidate_mask": 2, "normalizer": 2})
+    for name, rank in ranks.items():
+        assert np.ndim(getattr(batch, name)) == rank, name
+    fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    assert [name for name, value in fields.items() if value is None] == (["behaviour_logprobs"] if token_level else [])
+    assert all(np.shape(value)[0] == batch.num_rows for name, value in fields.items()
+               if value is not None and name != "bootstrap_value")
+
+
 def test_update_compiles_once_and_changes_params():
     graph, frozen, params, method, batch, _ = collect_batch("poad")
     config = learner_config(gamma=0.95, num_minibatches=2, accumulation_steps=2, epochs=2, actor_lr=1e-2, critic_lr=1e-2)
-    update, compiles = make_update_fn(graph, method, config)
+    update, compiles = jit_update(graph, method, config)
     state = init_train_state(params, config, jax.random.key(0))
     before = jax.tree.map(np.asarray, state.params)
     for _ in range(3):
@@ -156,7 +179,7 @@ def test_update_compiles_once_and_changes_params():
 def test_kl_threshold_skips_minibatches():
     graph, frozen, params, method, batch, _ = collect_batch("poad")
     config = learner_config(gamma=0.95, num_minibatches=2, epochs=3, actor_lr=1.0, target_kl=0.0)
-    update, _ = make_update_fn(graph, method, config)
+    update, _ = jit_update(graph, method, config)
     state = init_train_state(params, config, jax.random.key(0))
     state, metrics = update(state, frozen, batch)
     # Epoch 1 moves the policy (its KL is 0, not above the threshold 0); with

@@ -205,7 +205,7 @@ def test_an_update_with_all_weights_one_equals_the_uncorrected_update():
 
     def one_update(config, batch):
         state = learner_lib.init_train_state(jax.tree.map(jnp.copy, params), config, jax.random.key(0))
-        update, _ = learner_lib.make_update_fn(graph, method, config)
+        update, _ = learner_lib.jit_update(graph, method, config)
         return update(state, frozen, batch)
 
     same = dataclasses.replace(batch, behaviour_logprobs=batch.old_logprobs)

@@ -19,7 +19,7 @@ import pytest
 from flax import nnx
 
 from poad_jax.run.config import learner_config, rollout_config
-from poad_jax.agent.learner import make_update_fn, init_train_state, policy_outputs
+from poad_jax.agent.learner import jit_update, init_train_state, policy_outputs
 from poad_jax.agent.methods import make_method
 from poad_jax.models.tiny import tiny_random_model
 from poad_jax.core.policy import (
@@ -181,7 +181,7 @@ def test_whole_update_agrees_and_first_ratio_is_one_with_sharing():
         logprobs, _, _, _ = jax.jit(policy_outputs, static_argnames=("graph", "method", "config"))(
             graph, frozen, params, batch, method, config)
         np.testing.assert_array_equal(np.asarray(logprobs), np.asarray(batch.old_logprobs))  # ratio exactly 1
-        update, _ = make_update_fn(graph, method, config)
+        update, _ = jit_update(graph, method, config)
         state = init_train_state(jax.tree.map(jnp.array, params), config, jax.random.key(0))
         _, metrics[share] = update(state, frozen, batch)
     # The policy loss and the KL start at 0 up to rounding (normalised advantages have mean 0, the

@@ -114,7 +114,8 @@ def test_the_generated_defaults_are_the_ones_before_the_declarations():
 ], ids=["LearnerConfig", "RolloutConfig"])
 def test_the_librarys_typed_views_name_declared_settings_of_their_type(view, source):
     """`LearnerConfig` / `RolloutConfig` hold no defaults of their own: each setting field names a declared
-    setting (the converters copy it by name) of the same type (`str` for a mode's `Literal`)."""
+    setting (the converters copy it by name) of the same type (a mode's `Literal`, the same one as
+    `agent/modes.py` names for both, or a plain `str`)."""
     declared = {leaf.dotted: leaf.kind for leaf in declare.declared_leaves(settings.Run)}
     hints = typing.get_type_hints(view)
     for field in dataclasses.fields(view):
@@ -124,8 +125,8 @@ def test_the_librarys_typed_views_name_declared_settings_of_their_type(view, sou
             continue  # derived by `rollout_config` from the `sampling` section and `ppo.behaviour_correction`
         kind = declared.get(source(field.name))
         assert kind is not None, f"{view.__name__}.{field.name} names no declared setting"
-        if typing.get_origin(kind) is Literal:
-            kind = type(typing.get_args(kind)[0])
+        if typing.get_origin(kind) is Literal and hints[field.name] is str:
+            kind = str  # a mode the view carries as a plain string
         assert hints[field.name] == kind, f"{view.__name__}.{field.name}: {hints[field.name]} vs {kind}"
 
 

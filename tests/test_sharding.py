@@ -451,7 +451,7 @@ def _worker(out: pathlib.Path) -> None:  # noqa: C901  (one script, top to botto
         mesh = dist.make_mesh(*shape)
         fr, pr = sharded.shard_policy(frozen, copy(params), mesh)
         batch = forward_parts(name, fr, pr, dist.shard_batch(arrays, mesh), dist.shard_batch(next_arrays, mesh), mesh)
-        update, _ = sharded.make_sharded_update_fn(graph, method, config, mesh)
+        update, _ = sharded.jit_sharded_update(graph, method, config, mesh)
         state = sharded.shard_train_state(init_train_state(copy(pr), config, jax.random.key(0)), mesh)
         compiled = update.lower(state, fr, batch).compile()
         summary["collectives"][name] = collectives(compiled.as_text())
@@ -475,7 +475,7 @@ def _worker(out: pathlib.Path) -> None:  # noqa: C901  (one script, top to botto
     summary["dots"]["fsdp8_float32"] = summary["dots"]["fsdp8"]
     model_bf16, _ = tiny_random_model(hidden_size=HIDDEN, matmul_dtype=jnp.bfloat16)
     graph_bf16, frozen_bf16, _ = split_policy(model_bf16, ValueHead(HIDDEN, HEAD_SIZES, rngs=nnx.Rngs(1)))
-    update, _ = sharded.make_sharded_update_fn(graph_bf16, method, config, fsdp)
+    update, _ = sharded.jit_sharded_update(graph_bf16, method, config, fsdp)
     lowered = update.lower(*abstract_args(fsdp, state, frozen_bf16, batch))
     text = lowered.compile().as_text()
     summary["collectives"]["fsdp8_bfloat16"], summary["dots"]["fsdp8_bfloat16"] = collectives(text), dot_shapes(text)

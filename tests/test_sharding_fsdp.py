@@ -260,7 +260,7 @@ def _worker(out: pathlib.Path) -> None:
         args = (dist.abstract_like(state, dist.tree_shardings(state, rules, mesh)),
                 dist.abstract_like(frozen, dist.tree_shardings(frozen, rules, mesh)),
                 dist.abstract_like(batch, dist.batch_shardings(batch, mesh)))
-        update, _ = sharded.make_sharded_update_fn(graph, method, config, mesh, constrain_activations=hook)
+        update, _ = sharded.jit_sharded_update(graph, method, config, mesh, constrain_activations=hook)
         summary["collectives"][name] = typed_collectives(update.lower(*args).compile().as_text())
 
     graph, frozen, params = policy()
@@ -272,7 +272,7 @@ def _worker(out: pathlib.Path) -> None:
         graph, frozen, params = policy()
         state = jax.eval_shape(lambda p: init_train_state(p, config, jax.random.key(0)), params)
         batch = abstract_token_batch(AUDIT_ROWS, AUDIT_THREADS, AUDIT_PROMPT, AUDIT_ACTION, HIDDEN)
-        sharded.make_sharded_update_fn(graph, method, config, dist.make_mesh(1, 2, 4))[0].lower(state, frozen, batch)
+        sharded.jit_sharded_update(graph, method, config, dist.make_mesh(1, 2, 4))[0].lower(state, frozen, batch)
         summary["tensor_error"] = None
     except ValueError as error:
         summary["tensor_error"] = str(error)
@@ -307,7 +307,7 @@ def _worker(out: pathlib.Path) -> None:
         state = init_train_state(copy(params), config, jax.random.key(0))
         record(f"single_{name}", *jax.jit(single, donate_argnums=(0,))(state, frozen, batch), params)
         fr, pr = sharded.shard_policy(frozen, copy(params), mesh)
-        update, _ = sharded.make_sharded_update_fn(graph, method, config, mesh)
+        update, _ = sharded.jit_sharded_update(graph, method, config, mesh)
         state = sharded.shard_train_state(init_train_state(copy(pr), config, jax.random.key(0)), mesh)
         record(name, *update(state, fr, dist.shard_batch(batch, mesh)), params)
 

@@ -134,7 +134,7 @@ def _worker(out: pathlib.Path, mode: str, port: int | None = None, rank: int | N
     stats = behaviour_statistics(graph, fr, pr, pr["head"], rows, next_rows, method=method, temperature=1.0,
                                  critic_kind="head")
     batch = make_token_batch(rows, stats)
-    update, _ = sharded.make_sharded_update_fn(graph, method, config, mesh)
+    update, _ = sharded.jit_sharded_update(graph, method, config, mesh)
     state = sharded.init_sharded_train_state(pr, config, jax.random.key(0), mesh)
     state, metrics = update(state, fr, batch)
     gathered = multihost_utils.process_allgather(state.params, tiled=True) if mode == "multi" else \

@@ -12,8 +12,8 @@ The path of one batch from the rollout to the learner:
    functions (`core/policy.py`) over those arrays: the behaviour log-probs,
    the critic's features and values, and the bootstrap values, so that
    PPO's first ratio is exactly 1;
-3. `make_token_batch`: arrays and statistics as the `TokenBatch` the
-   learner's update takes.  The behaviour pass itself reads the packed
+3. `make_token_batch`: arrays and statistics as the scheme's batch (`TokenBatch`:
+   `TokenLevelBatch` or `ActionLevelBatch`) the learner's update takes.  The behaviour pass itself reads the packed
    arrays as a `TokenBatch` too (its behaviour fields None), so a scheme
    reads one form of batch everywhere.
 """
@@ -32,7 +32,7 @@ from poad_jax.agent.methods import Method
 from poad_jax.agent.rollout import RolloutConfig, StepRecord
 from poad_jax.core.layout import bucket_size
 from poad_jax.core.policy import FrozenBase, PackedRows, PolicyGraph, base_features, head_values
-from poad_jax.core.token_batch import TokenBatch, pack_rows
+from poad_jax.core.token_batch import ActionLevelBatch, TokenBatch, TokenLevelBatch, pack_rows
 
 
 def thread_major_rows(steps: list[list[StepRecord]]) -> list[StepRecord]:
@@ -193,10 +193,12 @@ BEHAVIOUR_FIELDS = ("old_logprobs", "old_values", "features", "bootstrap_value")
 
 
 def make_token_batch(arrays: dict[str, np.ndarray], stats: dict[str, jax.Array] | None = None) -> TokenBatch:
-    """The TokenBatch of packed arrays and their behaviour statistics (`behaviour_statistics`).
-    Without `stats` (the behaviour pass itself reads the packed batch) the behaviour fields
-    are None; so are the fields of the other scheme's layout (absent from `arrays`)."""
-    arrays_fields = [f.name for f in dataclasses.fields(TokenBatch) if f.name not in BEHAVIOUR_FIELDS]
+    """The scheme's batch (`ActionLevelBatch` where `arrays` hold the candidates' `chosen`, else
+    `TokenLevelBatch`) of packed arrays and their behaviour statistics (`behaviour_statistics`).
+    Without `stats` (the behaviour pass itself reads the packed rows) the four behaviour fields
+    are None: the one place a batch is incomplete, and it never reaches the learner."""
+    batch_type = ActionLevelBatch if "chosen" in arrays else TokenLevelBatch
+    packed = [f.name for f in dataclasses.fields(batch_type) if f.name not in BEHAVIOUR_FIELDS and f.name in arrays]
     stats = {} if stats is None else stats
-    return TokenBatch(**{name: jnp.asarray(arrays[name]) if name in arrays else None for name in arrays_fields},
+    return batch_type(**{name: jnp.asarray(arrays[name]) for name in packed},
                       **{name: stats.get(name) for name in BEHAVIOUR_FIELDS})

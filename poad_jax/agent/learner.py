@@ -36,6 +36,8 @@ import optax
 
 from poad_jax.core import gae, losses
 from poad_jax.agent.methods import Method
+from poad_jax.agent.modes import (AdvantageNormalization, BehaviourCorrection, CriticKind, EntropyScope, KlSkip,
+                                   LambdaScope)
 from poad_jax.core.policy import FrozenBase, PolicyGraph, head_values
 from poad_jax.core.token_batch import TokenBatch
 
@@ -67,15 +69,15 @@ class LearnerConfig:
     adam_eps: float
     temperature: float
     normalize_advantages: bool
-    critic_kind: str  # "head" (frozen-base features) or "lora"
+    critic_kind: CriticKind  # "head" (frozen-base features) or "lora"
     # The authors' semantics where they differ from ours (docs/adrl_parity.md):
-    kl_skip: str  # "update" (a KL skip keeps actor and critic) | "actor" (the critic steps anyway)
-    advantage_normalization: str  # "valid" | "adrl"
+    kl_skip: KlSkip  # "update" (a KL skip keeps actor and critic) | "actor" (the critic steps anyway)
+    advantage_normalization: AdvantageNormalization  # "valid" | "adrl"
     loss_chunks: int  # policy loss, entropy and KL: the mean of this many row chunks' token means
     # Issue 40's options (run/config/settings.py says what each means):
-    lambda_scope: str  # "token" (lam at every token) | "action" (lam at an action's last token, 1 inside)
-    entropy_scope: str  # "policy" (the log-probs' distribution) | "offered" (over the offered continuations)
-    behaviour_correction: str  # "none" | "importance" (weights min(clip, pi_old / mu) on the surrogate)
+    lambda_scope: LambdaScope  # "token" (lam at every token) | "action" (lam at an action's last token, 1 inside)
+    entropy_scope: EntropyScope  # "policy" (the log-probs' distribution) | "offered" (the offered continuations)
+    behaviour_correction: BehaviourCorrection  # "none" | "importance" (weights min(clip, pi_old / mu))
     importance_weight_clip: float
 
 
@@ -233,13 +235,13 @@ def minibatch_order(rng: jax.Array, num_rows: int, num_minibatches: int, row_gro
     return jnp.swapaxes(perms.reshape(row_groups, num_minibatches, -1), 0, 1)
 
 
-def make_update_fn(
+def jit_update(
     graph: PolicyGraph, method: Method, config: LearnerConfig
 ) -> tuple[Callable[[TrainState, FrozenBase, TokenBatch], tuple[TrainState, dict]], Callable[[], int]]:
     """Builds the jit-compiled update `(state, frozen, batch) -> (state, metrics)`.
 
     Returns the update function and a function giving its compile count.
-    (On a device mesh: `poad_jax.parallel.make_sharded_update_fn`.)
+    (On a device mesh: `poad_jax.parallel.jit_sharded_update`.)
     """
     update, compiles = build_update(graph, method, config)
     return jax.jit(update, donate_argnums=(0,)), compiles
@@ -247,64 +249,68 @@ def make_update_fn(
 
 def build_update(
     graph: PolicyGraph, method: Method, config: LearnerConfig, row_groups: int = 1,
-    minibatch_orders: Any = None, record_minibatches: bool = False,
 ) -> tuple[Callable[[TrainState, FrozenBase, TokenBatch], tuple[TrainState, dict]], Callable[[], int]]:
-    """The update function before `jax.jit`, and its trace count.
+    """The update function `(state, frozen, batch) -> (state, metrics)` before `jax.jit`
+    (`ppo_update` with random minibatch orders), and its trace count.
 
     `row_groups` G: the batch's rows form G equal contiguous groups (one per
     device holding rows) and every minibatch and micro-batch takes the same
     number of rows from each group (`minibatch_order`); G = 1 is one
-    permutation of all rows.  `minibatch_orders` `[epochs, M, N / M]` (G = 1
-    only): fixed row indices of every epoch's minibatches instead of the
-    random permutations (the parity harness replays another trainer's order).
-    `record_minibatches`: the metrics also hold `"minibatches"`, every
-    minibatch's statistics `[epochs, M]` with its gradients before clipping
-    (`"grads"`, the params' tree) and the normalised advantages, for the parity
-    harness (`poad_jax.bench.adrl_parity`).
+    permutation of all rows.
     """
-    if minibatch_orders is not None:
-        minibatch_orders = jnp.asarray(minibatch_orders, jnp.int32)
-        chex.assert_shape(minibatch_orders, (config.epochs, config.num_minibatches, None))
-        if row_groups != 1:
-            raise ValueError("fixed minibatch orders are for one row group")
     traces = {"count": 0}
-    step_options = dict(graph=graph, method=method, config=config, record=record_minibatches)
 
     def update(state: TrainState, frozen: FrozenBase, batch: TokenBatch):
         traces["count"] += 1  # runs at trace time only: counts compilations
-        num_rows = batch.num_rows
-        check_batch_rows(num_rows, config, row_groups)
-        advantages, returns = compute_advantages(batch, method, config)
-        value_mask = method.scheme.valid(batch)
-
-        def epoch(state, fixed_order):
-            rng, perm_rng = jax.random.split(state.rng)
-            state = dataclasses.replace(state, rng=rng)
-            if fixed_order is None:
-                order = minibatch_order(perm_rng, num_rows, config.num_minibatches, row_groups)
-            else:
-                order = fixed_order[:, None, :]
-            step = lambda carry, index: minibatch_step(carry, index, frozen, batch, advantages, returns,
-                                                       **step_options)
-            return jax.lax.scan(step, state, order)
-
-        state, stats = jax.lax.scan(epoch, state, minibatch_orders, length=config.epochs)
-        recorded = dict(stats) if record_minibatches else None
-        stats = {k: v for k, v in stats.items() if k not in ("grads", "advantages")}
-        metrics = jax.tree.map(jnp.mean, stats)
-        metrics["skipped_minibatches"] = jnp.sum(stats["skipped"])
-        metrics["explained_variance"] = losses.explained_variance(batch.old_values, returns, value_mask)
-        metrics["advantage_mean"] = losses.masked_mean(advantages, value_mask)
-        metrics["return_mean"] = losses.masked_mean(returns, value_mask)
-        if batch.behaviour_logprobs is not None:  # how far the sampled distribution is from pi_old
-            metrics.update(behaviour_divergence(batch.behaviour_logprobs, batch.old_logprobs, value_mask))
-        state = dataclasses.replace(state, update_step=state.update_step + 1)
-        if recorded is not None:
-            metrics["minibatches"] = recorded
-            metrics["advantages"], metrics["returns"] = advantages, returns
+        state, metrics, _ = ppo_update(state, frozen, batch, graph=graph, method=method, config=config,
+                                       row_groups=row_groups)
         return state, metrics
 
     return update, lambda: traces["count"]
+
+
+def ppo_update(state: TrainState, frozen: FrozenBase, batch: TokenBatch, *, graph: PolicyGraph, method: Method,
+               config: LearnerConfig, row_groups: int = 1, epoch_orders: jax.Array | None = None,
+               step: Callable | None = None) -> tuple[TrainState, dict, dict]:
+    """One PPO update: advantages and returns once (`compute_advantages`), then
+    `epochs` passes over the batch in `num_minibatches` minibatches (`step`,
+    default `minibatch_step`), each epoch in a fresh random order
+    (`minibatch_order`) unless `epoch_orders` `[epochs, M, N / M]` fixes them.
+
+    Returns (state, metrics, details): metrics are the minibatches' means and the
+    batch's statistics; details hold every minibatch's statistics `[epochs, M]`
+    and the advantages and returns (what a harness records; `jax.jit` drops them
+    where the caller does not return them).
+    """
+    step = minibatch_step if step is None else step
+    num_rows = batch.num_rows
+    check_batch_rows(num_rows, config, row_groups)
+    advantages, returns = compute_advantages(batch, method, config)
+    value_mask = method.scheme.valid(batch)
+
+    def epoch(state, fixed_order):
+        rng, perm_rng = jax.random.split(state.rng)
+        state = dataclasses.replace(state, rng=rng)
+        if fixed_order is None:
+            order = minibatch_order(perm_rng, num_rows, config.num_minibatches, row_groups)
+        else:
+            order = fixed_order[:, None, :]
+        minibatch = lambda carry, index: step(carry, index, frozen, batch, advantages, returns,
+                                              graph=graph, method=method, config=config)
+        return jax.lax.scan(minibatch, state, order)
+
+    state, stats = jax.lax.scan(epoch, state, epoch_orders, length=config.epochs)
+    # Each scalar statistic `[epochs, M]` averaged; the rest (a harness's gradients) stays in details.
+    metrics = {k: jnp.mean(v) for k, v in stats.items() if isinstance(v, jax.Array) and v.ndim == 2}
+    metrics["skipped_minibatches"] = jnp.sum(stats["skipped"])
+    metrics["explained_variance"] = losses.explained_variance(batch.old_values, returns, value_mask)
+    metrics["advantage_mean"] = losses.masked_mean(advantages, value_mask)
+    metrics["return_mean"] = losses.masked_mean(returns, value_mask)
+    behaviour_logprobs = getattr(batch, "behaviour_logprobs", None)
+    if behaviour_logprobs is not None:  # how far the sampled distribution is from pi_old
+        metrics.update(behaviour_divergence(behaviour_logprobs, batch.old_logprobs, value_mask))
+    state = dataclasses.replace(state, update_step=state.update_step + 1)
+    return state, metrics, {"minibatches": stats, "advantages": advantages, "returns": returns}
 
 
 def minibatch_loss(params, frozen: FrozenBase, mb: TokenBatch, advantages, returns, policy_weights, value_weights, *,
@@ -339,11 +345,19 @@ def minibatch_loss(params, frozen: FrozenBase, mb: TokenBatch, advantages, retur
 
 
 def minibatch_step(state: TrainState, minibatch_index, frozen: FrozenBase, batch: TokenBatch, advantages, returns, *,
-                   graph: PolicyGraph, method: Method, config: LearnerConfig, record: bool = False):
-    """One minibatch's PPO step: its rows `minibatch_index [G, k]`, advantages normalised, gradients
-    accumulated over `accumulation_steps` micro-batches (`minibatch_loss`), then the actor's and the
-    critic's Adam steps unless the KL skips them (`apply_gradients`).  Returns (state, stats); with
-    `record`, the stats also hold the gradients and the normalised advantages (the parity harness)."""
+                   graph: PolicyGraph, method: Method, config: LearnerConfig) -> tuple[TrainState, dict]:
+    """One minibatch's PPO step: its gradients (`minibatch_gradients`), then the actor's and the
+    critic's Adam steps unless the KL skips them (`apply_gradients`).  Returns (state, stats)."""
+    loss, stats, grads, _ = minibatch_gradients(state, minibatch_index, frozen, batch, advantages, returns,
+                                                graph=graph, method=method, config=config)
+    return apply_minibatch(state, loss, stats, grads, config)
+
+
+def minibatch_gradients(state: TrainState, minibatch_index, frozen: FrozenBase, batch: TokenBatch, advantages,
+                        returns, *, graph: PolicyGraph, method: Method, config: LearnerConfig):
+    """A minibatch's loss, statistics and gradients: its rows `minibatch_index [G, k]`, advantages
+    normalised, gradients accumulated over `accumulation_steps` micro-batches (`minibatch_loss`).
+    Returns (loss, stats, grads, the minibatch's normalised advantages)."""
     grad_fn = jax.value_and_grad(
         functools.partial(minibatch_loss, graph=graph, method=method, config=config), has_aux=True)
     mb = _take_group_rows(batch, minibatch_index)
@@ -374,19 +388,20 @@ def minibatch_step(state: TrainState, minibatch_index, frozen: FrozenBase, batch
                             first(policy_weights), first(value_weights))  # the stats' keys, derived
     zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), (shapes[0][0], shapes[0][1], shapes[1]))
     (loss, stats, grads), _ = jax.lax.scan(accumulate, zeros, micro_index)
+    return loss, stats, grads, mb_adv
 
+
+def apply_minibatch(state: TrainState, loss, stats: dict, grads, config: LearnerConfig) -> tuple[TrainState, dict]:
+    """The optimiser steps on a minibatch's gradients (`apply_gradients`), and its statistics
+    with the loss, the gradient norms and whether the KL skipped it."""
     new_state, skip = apply_gradients(state, grads, stats["approx_kl"], config)
-    actor_grads, critic_grads = grads["actor"], critic_params(grads)
     stats = dict(
         stats,
         loss=loss,
-        actor_grad_norm=optax.tree.norm(actor_grads),
-        critic_grad_norm=optax.tree.norm(critic_grads),
+        actor_grad_norm=optax.tree.norm(grads["actor"]),
+        critic_grad_norm=optax.tree.norm(critic_params(grads)),
         skipped=skip.astype(jnp.float32),
     )
-    if record:
-        stats["grads"] = grads
-        stats["advantages"] = mb_adv
     return new_state, stats
 
 

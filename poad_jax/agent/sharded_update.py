@@ -1,6 +1,6 @@
 """The learner's compiled PPO update on a device mesh.
 
-`make_sharded_update_fn` is `learner.make_update_fn` with shardings: the
+`jit_sharded_update` is `learner.jit_update` with shardings: the
 same update function (`learner.build_update`), compiled by `jax.jit` with
 
 - in/out shardings of the train state by rule (LoRA, value head, critic
@@ -86,7 +86,7 @@ def init_sharded_train_state(params: dict[str, Any], config: LearnerConfig, rng:
     return jax.jit(init, out_shardings=shardings)(params, key_data)
 
 
-def make_sharded_update_fn(
+def jit_sharded_update(
     graph: PolicyGraph, method: Method, config: LearnerConfig, mesh: Mesh, rules: Rules | None = None,
     constrain_activations: bool = True,
 ) -> tuple[Callable, Callable[[], int]]:

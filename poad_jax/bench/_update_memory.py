@@ -26,9 +26,9 @@ from jax.sharding import Mesh
 
 from poad_jax.agent.learner import init_train_state
 from poad_jax.agent.methods import make_method
-from poad_jax.agent.sharded_update import make_sharded_update_fn
+from poad_jax.agent.sharded_update import jit_sharded_update
 from poad_jax.core.policy import ValueHead, split_policy
-from poad_jax.core.token_batch import TokenBatch
+from poad_jax.core.token_batch import TokenLevelBatch
 from poad_jax.models.llama import Llama, LlamaConfig, LoraConfig
 from poad_jax.parallel.sharding import BATCH_AXES, abstract_like, batch_shardings, train_rules, tree_shardings
 from poad_jax.run import build as run_build
@@ -73,12 +73,13 @@ def abstract_token_batch(rows: int, threads: int, prompt_len: int, action_len: i
     """A token-level TokenBatch of ShapeDtypeStructs (free-form actions)."""
     length = prompt_len + action_len
     sds = jax.ShapeDtypeStruct
-    return TokenBatch(
+    return TokenLevelBatch(
         tokens=sds((rows, length), jnp.int32), positions=sds((rows, length), jnp.int32),
         key_mask=sds((rows, length), jnp.bool_), action_mask=sds((rows, action_len), jnp.bool_),
         rewards=sds((rows,), jnp.float32), dones=sds((rows,), jnp.bool_),
         old_logprobs=sds((rows, action_len), jnp.float32), old_values=sds((rows, action_len), jnp.float32),
         features=sds((rows, action_len, hidden_size), jnp.float32), bootstrap_value=sds((threads,), jnp.float32),
+        allowed_tokens=sds((rows, action_len, 1), jnp.int32), allowed_mask=sds((rows, action_len, 1), jnp.bool_),
     )
 
 
@@ -106,7 +107,7 @@ def update_memory(mesh: Mesh, *, hidden_size: int, intermediate_size: int, num_l
     state = abstract_like(state, tree_shardings(state, rules, mesh))
     frozen = abstract_like(frozen, tree_shardings(frozen, rules, mesh))
     batch = abstract_like(batch, batch_shardings(batch, mesh))
-    update, _ = make_sharded_update_fn(graph, make_method("poad", 0.95), config, mesh, rules,
+    update, _ = jit_sharded_update(graph, make_method("poad", 0.95), config, mesh, rules,
                                        constrain_activations=constrain_activations)
     analysis = update.lower(state, frozen, batch).compile().memory_analysis()
     base, state_bytes, batch_bytes = shard_bytes(frozen), shard_bytes(state), shard_bytes(batch)

@@ -136,7 +136,6 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
     from poad_jax.run.config import default_config, rollout_config
     from poad_jax.agent.rollout import StepRecord
     from poad_jax.agent.experience import make_token_batch
-    from poad_jax.core.token_batch import TokenBatch
 
     meta = case["meta"]
     texts = json.loads(str(case["candidate_texts"]))
@@ -170,15 +169,12 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
         out[:, :width] = x[:, :width]
         return jnp.asarray(out)
 
-    optional = ("chosen", "candidate_mask", "normalizer", "allowed_tokens", "allowed_mask")
-    return TokenBatch(
-        tokens=as_jax["tokens"], positions=as_jax["positions"], key_mask=as_jax["key_mask"],
-        action_mask=as_jax["action_mask"], rewards=jnp.asarray(case["rewards"], jnp.float32),
-        dones=jnp.asarray(case["dones"], bool), old_logprobs=fit(case["old_logprobs"]),
-        old_values=fit(case["old_values"]), features=features,
-        bootstrap_value=jnp.asarray(case["bootstrap_value"], jnp.float32),
-        **{name: as_jax.get(name) for name in optional},
-    ), fit
+    from_case = dict(
+        rewards=jnp.asarray(case["rewards"], jnp.float32), dones=jnp.asarray(case["dones"], bool),
+        old_logprobs=fit(case["old_logprobs"]), old_values=fit(case["old_values"]), features=features,
+        bootstrap_value=jnp.asarray(case["bootstrap_value"], jnp.float32))
+    packed = {f.name: as_jax[f.name] for f in dataclasses.fields(view) if f.name not in from_case and f.name in as_jax}
+    return type(view)(**packed, **from_case), fit  # the scheme's batch type, as make_token_batch chose
 
 
 def _flat_params(tree) -> dict[str, np.ndarray]:
@@ -233,12 +229,39 @@ class Replay:
     frozen: Any
 
 
+def recording_update(graph, method, lconfig, orders):
+    """Our update (`learner.ppo_update`), before `jax.jit`, replaying another trainer's minibatch
+    rows `orders [epochs, M, N / M]`; its metrics also hold every minibatch's statistics
+    (`"minibatches"`, `[epochs, M]`, with its gradients before clipping, `"grads"`, and its
+    normalised advantages) and the batch's advantages and returns, which the harness compares."""
+    import chex
+    import jax.numpy as jnp
+
+    from poad_jax.agent.learner import apply_minibatch, minibatch_gradients, ppo_update
+
+    orders = jnp.asarray(orders, jnp.int32)
+    chex.assert_shape(orders, (lconfig.epochs, lconfig.num_minibatches, None))
+
+    def recording_step(state, index, frozen, batch, advantages, returns, **model):
+        loss, stats, grads, normalised = minibatch_gradients(state, index, frozen, batch, advantages, returns,
+                                                             **model)
+        state, stats = apply_minibatch(state, loss, stats, grads, lconfig)
+        return state, {**stats, "grads": grads, "advantages": normalised}
+
+    def update(state, frozen, batch):
+        state, metrics, details = ppo_update(state, frozen, batch, graph=graph, method=method, config=lconfig,
+                                             epoch_orders=orders, step=recording_step)
+        return state, {**metrics, **details}
+
+    return update
+
+
 def replay(arrays: dict[str, np.ndarray], name: str, semantics: str = "adrl") -> Replay:
     """Case `name` with our model holding its weights, its batch, and our jitted update."""
     import jax
     from flax import nnx
 
-    from poad_jax.agent.learner import build_update, init_train_state
+    from poad_jax.agent.learner import init_train_state
     from poad_jax.agent.methods import make_method
     from poad_jax.core.policy import ValueHead, split_policy
 
@@ -251,7 +274,7 @@ def replay(arrays: dict[str, np.ndarray], name: str, semantics: str = "adrl") ->
     method = make_method(meta["method"], float(meta["gamma"]), float(meta["gamma_w"]))
     lconfig = learner_config_of(meta, semantics)
     batch, fit = build_batch(graph, frozen, params["actor"], case, method)
-    update, _ = build_update(graph, method, lconfig, minibatch_orders=case["orders"], record_minibatches=True)
+    update = recording_update(graph, method, lconfig, case["orders"])
     state = init_train_state(params, lconfig, jax.random.key(0))
     return Replay(case, method, lconfig, batch, fit, jax.jit(update), state, frozen)
 

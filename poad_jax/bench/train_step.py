@@ -7,7 +7,7 @@ features.  One POAD update with one epoch and one minibatch on both sides:
 GAE, forward through the LoRA actor (logits at the action columns only),
 clipped policy loss + clipped value loss + entropy bonus, backward, global
 norm clipping at 0.5, one Adam step per optimiser (`_torch_reference.py`
-states the PyTorch step; ours is `poad_jax.agent.learner.make_update_fn`).
+states the PyTorch step; ours is `poad_jax.agent.learner.jit_update`).
 
 Both sides load the same Hugging Face directory (the embedded model's
 conversion, or with `--random-weights` a random model of the same shapes)
@@ -88,7 +88,7 @@ def run_jax(directory: str, args) -> dict:
     from poad_jax.models import hf_io
     from poad_jax.models.llama import LoraConfig
     from poad_jax.core.policy import PackedRows, ValueHead, action_logprobs, split_policy
-    from poad_jax.core.token_batch import TokenBatch
+    from poad_jax.core.token_batch import TokenLevelBatch
 
     lora = LoraConfig(rank=8, alpha=16.0, targets=("q_proj", "v_proj"))
     matmul_dtype = None if args.matmul_dtype == "float32" else jnp.dtype(args.matmul_dtype)
@@ -110,7 +110,7 @@ def run_jax(directory: str, args) -> dict:
     key_mask = jnp.ones(tokens.shape, bool)
     old_logprobs, _ = jax.jit(lambda frozen, actor, *arrays: action_logprobs(
         graph, frozen, actor, PackedRows(*arrays, args.prompt), 1.0))(frozen, params["actor"], tokens, positions, key_mask)
-    batch = TokenBatch(
+    batch = TokenLevelBatch(
         tokens=tokens,
         positions=positions,
         key_mask=key_mask,
@@ -121,13 +121,10 @@ def run_jax(directory: str, args) -> dict:
         old_values=jnp.asarray(arrays["old_values"]),
         features=jnp.asarray(arrays["features"]),
         bootstrap_value=jnp.asarray(arrays["bootstrap_value"]),
-        chosen=jnp.zeros((rows,), jnp.int32),
-        candidate_mask=jnp.ones((rows, 1), bool),
-        normalizer=jnp.ones((rows, 1), jnp.float32),
         allowed_tokens=jnp.zeros((rows, action, 1), jnp.int32),
         allowed_mask=jnp.zeros((rows, action, 1), bool),
     )
-    update, compiles = learner_lib.make_update_fn(graph, method, lconfig)
+    update, compiles = learner_lib.jit_update(graph, method, lconfig)
     state = learner_lib.init_train_state(params, lconfig, jax.random.key(0))
 
     start = time.perf_counter()

@@ -1,6 +1,6 @@
 """`python -m poad_jax.bench twosome`: the learner's memory and time, POAD vs TWOSOME.
 
-Compiles the PPO update (`learner.make_update_fn`) on synthetic batches of
+Compiles the PPO update (`learner.jit_update`) on synthetic batches of
 given shapes (default: VirtualHome food preparation on SmolLM2-135M shapes,
 4 threads x 32 steps = 128 rows in 4 minibatches, prompts bucketed to 128
 tokens, actions to 8, 7 candidates per state) for three variants:
@@ -60,7 +60,7 @@ def synthetic_batch(variant: str, args, vocab: int, hidden: int):
     import jax.numpy as jnp
     import numpy as np
 
-    from poad_jax.core.token_batch import TokenBatch
+    from poad_jax.core.token_batch import ActionLevelBatch, TokenLevelBatch
 
     rng = np.random.default_rng(0)
     rows, prompt_len, action_len, k = args.threads * args.steps_per_thread, args.prompt, args.action, args.candidates
@@ -73,7 +73,7 @@ def synthetic_batch(variant: str, args, vocab: int, hidden: int):
     )
     if variant == "poad":
         tokens = np.concatenate([prompts, rng.integers(5, vocab, size=(rows, action_len))], axis=1)
-        return TokenBatch(
+        return TokenLevelBatch(
             tokens=jnp.asarray(tokens, jnp.int32),
             positions=jnp.asarray(np.broadcast_to(positions, tokens.shape)),
             key_mask=jnp.ones(tokens.shape, bool),
@@ -81,16 +81,13 @@ def synthetic_batch(variant: str, args, vocab: int, hidden: int):
             old_logprobs=jnp.full((rows, action_len), -1.0, jnp.float32),
             old_values=jnp.zeros((rows, action_len), jnp.float32),
             features=jnp.asarray(rng.normal(size=(rows, action_len, hidden)), jnp.float32),
-            chosen=jnp.zeros((rows,), jnp.int32),
-            candidate_mask=jnp.ones((rows, 1), bool),
-            normalizer=jnp.ones((rows, 1), jnp.float32),
             allowed_tokens=jnp.zeros((rows, action_len, 1), jnp.int32),
             allowed_mask=jnp.zeros((rows, action_len, 1), bool),
             **common,
         )
     actions = rng.integers(5, vocab, size=(rows, k, action_len))
     tokens = np.concatenate([np.broadcast_to(prompts[:, None], (rows, k, prompt_len)), actions], axis=2)
-    return TokenBatch(
+    return ActionLevelBatch(
         tokens=jnp.asarray(tokens, jnp.int32),
         positions=jnp.asarray(np.broadcast_to(positions, tokens.shape)),
         key_mask=jnp.ones(tokens.shape, bool),
@@ -101,8 +98,6 @@ def synthetic_batch(variant: str, args, vocab: int, hidden: int):
         chosen=jnp.asarray(rng.integers(0, k, size=rows), jnp.int32),
         candidate_mask=jnp.ones((rows, k), bool),
         normalizer=jnp.full((rows, k), float(action_len), jnp.float32),
-        allowed_tokens=jnp.zeros((rows, 1, 1), jnp.int32),
-        allowed_mask=jnp.zeros((rows, 1, 1), bool),
         **common,
     )
 
@@ -129,7 +124,7 @@ def measure(variant: str, args) -> dict:
                          share_prompt=variant != "twosome-per-candidate")
     lconfig = learner_config(gamma=0.95, num_minibatches=args.minibatches, target_kl=1e9)
     batch = synthetic_batch(variant, args, vocab, hidden)
-    update, _ = learner_lib.make_update_fn(graph, method, lconfig)
+    update, _ = learner_lib.jit_update(graph, method, lconfig)
     state = learner_lib.init_train_state(params, lconfig, jax.random.key(0))
     start = time.perf_counter()
     compiled = update.lower(state, frozen, batch).compile()

@@ -1,4 +1,5 @@
-"""The TokenBatch: what a rollout hands to the learner (docs/architecture.md).
+"""The TokenBatch: what a rollout hands to the learner (docs/architecture.md), one
+complete type per credit scheme (`TokenLevelBatch`, `ActionLevelBatch`).
 
 One row per (thread, step), thread-major: row n = b * T + t for thread b and
 step t.  Each row is `prompt (left padded to P columns) + action (A columns,
@@ -22,41 +23,18 @@ import numpy as np
 from poad_jax.core.layout import positions_from_mask
 
 
-@jax.tree_util.register_dataclass
 @dataclasses.dataclass
-class TokenBatch:
-    """A packed rollout.
-
-    Attributes (N = B * T rows; K candidates for action-level batches, else
-    the candidate axis is absent):
-      tokens: `[N, L]` or `[N, K, L]` int32, L = P + A.
-      positions: same shape, RoPE positions (count of real tokens before).
-      key_mask: same shape, bool, real (prompt or action) tokens.
-      action_mask: `[N, A]` or `[N, K, A]` bool, real action tokens.
+class _Rollout:
+    """The fields every batch has (N = B * T rows, one per thread and step, thread-major;
+    the shapes per scheme are in `TokenLevelBatch` and `ActionLevelBatch`):
+      tokens, positions, key_mask: the rows `prompt (left padded to P) + action (A)`:
+        int32 ids, RoPE positions (count of real tokens before), bool real tokens.
+      action_mask: bool, the real action tokens.
       rewards: `[N]` float32, the env reward of each step.
       dones: `[N]` bool, the episode ended at this step.
-      old_logprobs: `[N, A]` (token level) or `[N]` (action level): behaviour
-        log-probs recomputed with the learner's own forward pass.
-      old_values: `[N, A]` or `[N]`: V(o, w^{<j}) or V(o).
-      features: `[N, A, H]` or `[N, H]`: the critic head's input.
+      old_logprobs, old_values, features: the behaviour pass's statistics
+        (`poad_jax.agent.experience.behaviour_statistics`).
       bootstrap_value: `[B]`: V of each thread's next observation.
-      chosen: `[N]` int32, index of the taken candidate (action level; None
-        at the token level).
-      candidate_mask: `[N, K]` bool, real candidates (action level; else None).
-      normalizer: `[N, K]` float32, token or word count of each candidate
-        (action level; else None).
-      allowed_tokens: `[N, A, M]` int32 (token level; None at the action
-        level): for trie-constrained actions the token ids that could follow
-        the action's prefix at each action column.
-      allowed_mask: `[N, A, M]` bool; a column with no True is unconstrained
-        (full vocabulary: free-form actions, or the paper code's raw-token
-        optimisation).  Token level; else None.
-      behaviour_logprobs: `[N, A]` float32 (token level, with
-        `ppo.behaviour_correction="importance"`; else None): log mu of each
-        action token under the distribution it was drawn from.
-
-    Which fields a batch has, and what they mean, is the method's credit
-    scheme's (`poad_jax.agent.methods`): it packs them and reads them.
     """
 
     tokens: jax.Array
@@ -69,12 +47,6 @@ class TokenBatch:
     old_values: jax.Array
     features: jax.Array
     bootstrap_value: jax.Array
-    chosen: jax.Array | None = None
-    candidate_mask: jax.Array | None = None
-    normalizer: jax.Array | None = None
-    allowed_tokens: jax.Array | None = None
-    allowed_mask: jax.Array | None = None
-    behaviour_logprobs: jax.Array | None = None
 
     @property
     def num_rows(self) -> int:
@@ -91,6 +63,53 @@ class TokenBatch:
     @property
     def num_threads(self) -> int:
         return self.bootstrap_value.shape[0]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class TokenLevelBatch(_Rollout):
+    """A packed rollout for the token-level methods (POAD, NTPO): one policy
+    decision per action token.
+
+      tokens, positions, key_mask: `[N, P + A]`; action_mask: `[N, A]`.
+      old_logprobs, old_values: `[N, A]`: log pi_old(w_j) and V(o, w^{<j}).
+      features: `[N, A, H]`: the critic head's input before each action token.
+      allowed_tokens: `[N, A, M]` int32: for trie-constrained actions the token
+        ids that could follow the action's prefix at each action column.
+      allowed_mask: `[N, A, M]` bool; a column with no True is unconstrained
+        (full vocabulary: free-form actions, or the paper code's raw-token
+        optimisation); M = 1 and nothing allowed where no action is constrained.
+      behaviour_logprobs: `[N, A]` float32 log mu of each action token under the
+        distribution it was drawn from, with `ppo.behaviour_correction="importance"`;
+        None without it.
+    """
+
+    allowed_tokens: jax.Array
+    allowed_mask: jax.Array
+    behaviour_logprobs: jax.Array | None = None
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class ActionLevelBatch(_Rollout):
+    """A packed rollout for the action-level method (TWOSOME): one policy decision
+    per action, each row carrying all K candidate actions of its state.
+
+      tokens, positions, key_mask: `[N, K, P + A]`; action_mask: `[N, K, A]`.
+      old_logprobs, old_values: `[N]`: log pi_old(chosen action) and V(o).
+      features: `[N, H]`: the critic head's input at the prompt's last token.
+      chosen: `[N]` int32, index of the taken candidate.
+      candidate_mask: `[N, K]` bool, real candidates (K is rounded up to a bucket).
+      normalizer: `[N, K]` float32, token or word count of each candidate.
+    """
+
+    chosen: jax.Array
+    candidate_mask: jax.Array
+    normalizer: jax.Array
+
+
+# What a rollout hands to the learner: its credit scheme's batch (`agent.experience.make_token_batch`).
+TokenBatch = TokenLevelBatch | ActionLevelBatch
 
 
 def pack_rows(

@@ -36,7 +36,7 @@ from jax.sharding import Mesh
 from poad_jax import parallel
 from poad_jax.agent import sharded_update
 from poad_jax.agent.experience import pack_batch, pack_batch_agreed
-from poad_jax.agent.learner import LearnerConfig, TrainState, init_train_state, make_update_fn
+from poad_jax.agent.learner import LearnerConfig, TrainState, init_train_state, jit_update
 from poad_jax.agent.methods import Method, make_method
 from poad_jax.agent.rollout import RolloutConfig, RolloutCollector, StepRecord, merged_actor
 from poad_jax.core.policy import FrozenBase, PolicyGraph, ValueHead, split_policy
@@ -200,9 +200,9 @@ class Placement:
                 key: jax.Array) -> tuple[Callable, Callable[[], int], TrainState]:
         """(the compiled update, its compile count, the initial train state)."""
         if self.mesh is None:
-            update_fn, compiles = make_update_fn(graph, method, lconfig)
+            update_fn, compiles = jit_update(graph, method, lconfig)
             return update_fn, compiles, init_train_state(params, lconfig, key)
-        update_fn, compiles = sharded_update.make_sharded_update_fn(graph, method, lconfig, self.mesh)
+        update_fn, compiles = sharded_update.jit_sharded_update(graph, method, lconfig, self.mesh)
         return update_fn, compiles, sharded_update.init_sharded_train_state(params, lconfig, key, self.mesh)
 
     def sampler(self, graph: PolicyGraph, frozen: FrozenBase, params: dict[str, Any],
@@ -237,7 +237,7 @@ class Placement:
         return arrays, next_arrays
 
 
-def placement(config: ml_collections.ConfigDict) -> Placement:
+def placement_of(config: ml_collections.ConfigDict) -> Placement:
     """The placement `config.mesh` asks for over the run's devices (every process's); TrainError
     (one line) if the devices do not fit it, or, over several processes, if the threads or the
     mesh do not split evenly between them.  Call after the processes have joined."""
@@ -278,12 +278,12 @@ class Built:
     seeds: RunSeeds
 
 
-def build(config: ml_collections.ConfigDict, where: Placement | None = None) -> Built:
-    """Builds what `config` describes (on `where`, default one device): the method, the learner's
+def build(config: ml_collections.ConfigDict, placement: Placement | None = None) -> Built:
+    """Builds what `config` describes (on `placement`, default one device): the method, the learner's
     and the rollouts' configs, the model (its weights loaded or made), the value head and, for a
     LoRA critic, a fresh critic adapter.  TrainError (one line) for a model that cannot load."""
-    where = Placement(threads=int(config.num_threads)) if where is None else where
-    seeds = run_seeds(int(config.seed), where.index)
+    placement = Placement(threads=int(config.num_threads)) if placement is None else placement
+    seeds = run_seeds(int(config.seed), placement.index)
     method, lconfig = build_method(config), config_lib.learner_config(config)
     model, tokenizer = load_model(config)
     head = build_value_head(model, config, seeds.head)
@@ -291,5 +291,5 @@ def build(config: ml_collections.ConfigDict, where: Placement | None = None) -> 
     if config.critic.kind == "lora":
         params["critic_lora"] = fresh_critic_lora(model, seeds.critic_lora)
     rconfig = config_lib.rollout_config(config, tuple(tokenizer.eos_token_ids))
-    graph, frozen, params = where.place_policy(graph, frozen, params)
-    return Built(config, method, lconfig, rconfig, tokenizer, graph, frozen, params, where, seeds)
+    graph, frozen, params = placement.place_policy(graph, frozen, params)
+    return Built(config, method, lconfig, rconfig, tokenizer, graph, frozen, params, placement, seeds)

@@ -120,7 +120,7 @@ def run_stats(stats: EpisodeStats) -> EpisodeStats:
 
 
 def restore(checkpointer: checkpoint_lib.RunCheckpointer, state: TrainState, collector: RolloutCollector, envs,
-            logger: run_logging.MetricsLogger, where: Placement, rollout_rng: jax.Array,
+            logger: run_logging.MetricsLogger, placement: Placement, rollout_rng: jax.Array,
             workdir: pathlib.Path, say=print) -> tuple[TrainState, jax.Array, list[dict[str, Any]]]:
     """(train state, rollout key, metric records) to go on from: the newest intact checkpoint's,
     with the collector, the envs and the log brought to it; or, without a checkpoint, the ones
@@ -132,16 +132,17 @@ def restore(checkpointer: checkpoint_lib.RunCheckpointer, state: TrainState, col
         return state, rollout_rng, []
     state, meta, _ = restored
     collector.env_steps = int(meta["env_steps"])
-    counters, episodes, numpy_rng = host_meta(meta, where.index, where.count, where.first_thread, envs.num_envs)
+    counters, episodes, numpy_rng = host_meta(meta, placement.index, placement.count, placement.first_thread,
+                                             envs.num_envs)
     collector.stats.load_state_dict(episodes)
     if numpy_rng is not None:
         checkpoint_lib.set_numpy_rng_state(collector.np_rng, numpy_rng)
     rollout_rng = jax.random.wrap_key_data(jnp.asarray(meta["rollout_rng"], jnp.uint32))
-    restarted = restore_episodes(meta, collector, envs, counters, where.first_thread,
-                                 same_process_layout(meta, where.count))
+    restarted = restore_episodes(meta, collector, envs, counters, placement.first_thread,
+                                 same_process_layout(meta, placement.count))
     if restarted:
         print(f"warning: {len(restarted)} episode(s) in progress at the checkpoint did not replay to the "
-              f"same observation (threads {[where.first_thread + b for b in restarted]}); they restart",
+              f"same observation (threads {[placement.first_thread + b for b in restarted]}); they restart",
               file=sys.stderr)
     if meta.get("metrics") is not None:  # the log agrees with the checkpoint, even if deleted
         records = list(meta["metrics"])

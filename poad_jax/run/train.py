@@ -48,7 +48,7 @@ from poad_jax.run import checkpoint as checkpoint_lib
 from poad_jax.run import hardware
 from poad_jax.run import metrics as run_logging
 from poad_jax.run import rundir
-from poad_jax.run.build import Built, build, placement
+from poad_jax.run.build import Built, build, placement_of
 from poad_jax.run.config import TrainError, one_line, validate
 from poad_jax.run.progress import NoProgress, RunProgress
 from poad_jax.run.resume import checkpoint_meta, restore, run_stats
@@ -76,30 +76,30 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     """
     validate(config)
     join_processes(config)  # before anything else touches JAX
-    where = placement(config)  # the devices fit the mesh, checked before anything is written
+    placement = placement_of(config)  # the devices fit the mesh, checked before anything is written
     workdir = pathlib.Path(workdir) if workdir else rundir.default_workdir(config)
     config = config.copy_and_resolve_references()  # "auto" settings resolve in the run's copy
     chosen = hardware.resolve_config(config, rundir.read_stored_config(workdir) if workdir.is_dir() else None)
     changes = rundir.prepare_workdir(workdir, config)
-    if chosen and show_progress and where.primary:
+    if chosen and show_progress and placement.primary:
         print(chosen, flush=True)
-    if show_progress and where.primary:  # a real model's first load converts its GGUF: seconds to a minute
+    if show_progress and placement.primary:  # a real model's first load converts its GGUF: seconds to a minute
         print(f"loading model {config.model}", flush=True)
-    built = build(config, where)
-    envs = build_envs(config, where.threads, built.seeds.envs)
+    built = build(config, placement)
+    envs = build_envs(config, placement.threads, built.seeds.envs)
     created = not workdir.exists()
     try:
         workdir.mkdir(parents=True, exist_ok=True)
-        if where.primary and not checkpoint_lib.checkpoint_steps(workdir):
+        if placement.primary and not checkpoint_lib.checkpoint_steps(workdir):
             stored = rundir.read_stored_config(workdir)
             if stored is not None and rundir.config_differences(stored, rundir.config_as_json(config))[0]:
                 rundir.clear_stale_outputs(workdir)
-        if where.primary:
+        if placement.primary:
             rundir.write_config(workdir, config, changes)
-        return train(config, workdir, built, envs, show_progress and where.primary, max_updates)
+        return training_loop(config, workdir, built, envs, show_progress and placement.primary, max_updates)
     except BaseException:
         # A start that failed (or was interrupted) before anything worth keeping leaves no directory.
-        if where.primary and created and not checkpoint_lib.checkpoint_steps(workdir) \
+        if placement.primary and created and not checkpoint_lib.checkpoint_steps(workdir) \
                 and not (workdir / best_lib.RECORD_FILE).exists():
             shutil.rmtree(workdir, ignore_errors=True)
         raise
@@ -107,32 +107,32 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
         envs.close()
 
 
-def train(config: ml_collections.ConfigDict, workdir: pathlib.Path, built: Built, envs: envs_py.VectorEnv,
+def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, built: Built, envs: envs_py.VectorEnv,
           show_progress: bool = True, max_updates: int | None = None) -> RunResult:
     """The outer loop, from the last checkpoint (if any) to `total_env_steps`: each update
     collects a rollout with the current actor, packs it into a TokenBatch with the behaviour
     statistics, runs one compiled PPO update, logs the record and saves a checkpoint."""
-    where, method, rconfig, seeds = built.placement, built.method, built.rollout, built.seeds
-    if show_progress and where.describe():
-        print(where.describe())
-    update_fn, update_compiles, state = where.learner(built.graph, method, built.learner, built.params, seeds.learner)
-    sampler = where.sampler(built.graph, built.frozen, built.params, rconfig.prompt_buckets)
+    placement, method, rconfig, seeds = built.placement, built.method, built.rollout, built.seeds
+    if show_progress and placement.describe():
+        print(placement.describe())
+    update_fn, update_compiles, state = placement.learner(built.graph, method, built.learner, built.params, seeds.learner)
+    sampler = placement.sampler(built.graph, built.frozen, built.params, rconfig.prompt_buckets)
     collector = RolloutCollector(envs, built.tokenizer, sampler, method, rconfig, seed=seeds.numpy)
     warning = vocabulary_warning(built.tokenizer, collector.observations)
-    if warning and where.primary:
+    if warning and placement.primary:
         print(warning, file=sys.stderr, flush=True)
-    where.own_threads(collector, int(config.num_threads), int(config.seed))
+    placement.own_threads(collector, int(config.num_threads), int(config.seed))
     checkpointer = checkpoint_lib.RunCheckpointer(workdir, int(config.keep_checkpoints))
-    logger = run_logging.MetricsLogger(workdir, tensorboard=bool(config.tensorboard) and where.primary,
-                                       write=where.primary)
-    keeper = best_lib.BestProgramKeeper(workdir, str(config.env.name), dict(config.env.kwargs)) if where.primary \
+    logger = run_logging.MetricsLogger(workdir, tensorboard=bool(config.tensorboard) and placement.primary,
+                                       write=placement.primary)
+    keeper = best_lib.BestProgramKeeper(workdir, str(config.env.name), dict(config.env.kwargs)) if placement.primary \
         else _NoBestProgram()
     total, progress = int(config.total_env_steps), NoProgress()
     try:
-        state, rollout_rng, records = restore(checkpointer, state, collector, envs, logger, where, seeds.rollout,
+        state, rollout_rng, records = restore(checkpointer, state, collector, envs, logger, placement, seeds.rollout,
                                               workdir, say=print if show_progress else None)
         target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
-        if collector.env_steps < total and where.primary:
+        if collector.env_steps < total and placement.primary:
             (workdir / rundir.FINISHED_FILE).unlink(missing_ok=True)
         run_episodes = run_stats(collector.stats)  # the whole run's episodes (all processes')
         if show_progress:
@@ -154,11 +154,11 @@ def train(config: ml_collections.ConfigDict, workdir: pathlib.Path, built: Built
                 keeper.offer(results, first_env_step, update_in_flight)
 
             sampler.set_lora(hosts.local_copy(state.params["actor"]))
-            steps, next_prompts = collector.collect(where.rollout_key(collect_rng), on_step, on_results)
+            steps, next_prompts = collector.collect(placement.rollout_key(collect_rng), on_step, on_results)
             run_episodes = run_stats(collector.stats)
             progress.phase(f"update {update_in_flight}/{last_update}: learning")
             start = time.perf_counter()
-            arrays, next_arrays = where.batch_arrays(steps, next_prompts, method, rconfig,
+            arrays, next_arrays = placement.batch_arrays(steps, next_prompts, method, rconfig,
                                                      built.tokenizer.pad_token_id)
             value_head = target_head if config.critic.target_update_every > 0 else state.params["head"]
             stats = behaviour_statistics(built.graph, built.frozen, state.params, value_head, arrays, next_arrays,
@@ -188,7 +188,7 @@ def train(config: ml_collections.ConfigDict, workdir: pathlib.Path, built: Built
             if update % int(config.checkpoint_every) == 0 or collector.env_steps >= total:
                 progress.phase(f"update {update}/{last_update}: saving")
                 checkpointer.save(update, state, checkpoint_meta(update, collector, envs, rollout_rng, records))
-            if collector.env_steps >= total and where.primary:
+            if collector.env_steps >= total and placement.primary:
                 rundir.write_finished_marker(workdir, records[-1], total)
             last_kl = record["approx_kl"]
             progress.show(run_logging.progress_postfix(run_episodes.state_dict(), last_kl))
@@ -197,7 +197,7 @@ def train(config: ml_collections.ConfigDict, workdir: pathlib.Path, built: Built
         logger.close()
         checkpointer.close()
     episodes = run_episodes.state_dict()
-    if config.plot and records and where.primary:
+    if config.plot and records and placement.primary:
         run_logging.plot_curves(records, workdir / "curves.png", episodes)
     finished = bool(records) and records[-1]["env_steps"] >= total
     return RunResult(workdir, records, state, episodes, keeper.best, finished)

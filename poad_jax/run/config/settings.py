@@ -26,6 +26,8 @@ from typing import Literal
 
 import ml_collections
 
+from poad_jax.agent.modes import (AdvantageNormalization, BehaviourCorrection, CriticKind, EntropyScope, KlSkip,
+                                   LambdaScope)
 from poad_jax.core import layout  # NumPy only
 from poad_jax.run.config.declare import Check, OneOf, above, as_config_dict, at_least, section, setting, within
 
@@ -127,22 +129,22 @@ class PPO:
     adam_eps: float = setting(1e-5, "Adam's epsilon", above(0))
     normalize_advantages: bool = setting(True, "normalise advantages over each minibatch")
     # The authors' semantics where they differ from ours (docs/adrl_parity.md):
-    kl_skip: Literal["update", "actor"] = setting(
+    kl_skip: KlSkip = setting(
         "update", "what a minibatch over the KL threshold skips: actor and critic (ours), or the actor "
         "(the authors' code: the critic has already stepped)")
-    advantage_normalization: Literal["valid", "adrl"] = setting(
+    advantage_normalization: AdvantageNormalization = setting(
         "valid", "mean/std over the minibatch's valid elements (ours), or as the authors' code "
         "(token level: the non-zero advantages; action level: each loss chunk's, unbiased std)")
     loss_chunks: int = setting(
         1, "the policy loss, entropy and approximate KL as the mean of this many equal row chunks' "
         "token means (the authors' gradient_cp_steps)", at_least(1, "1: one token mean over the minibatch"))
-    lambda_scope: Literal["token", "action"] = setting(
+    lambda_scope: LambdaScope = setting(
         "token", "token-level methods: lambda at every token, or where gamma applies (an action's last "
         "token; 1 inside an action: POAD's first-token advantage is action-level GAE, docs/backups.md)")
-    entropy_scope: Literal["policy", "offered"] = setting(
+    entropy_scope: EntropyScope = setting(
         "policy", "the entropy bonus of the distribution the log-probs are taken under, or over the "
         "offered continuations (the trie's renormalised next-token distribution)")
-    behaviour_correction: Literal["none", "importance"] = setting(
+    behaviour_correction: BehaviourCorrection = setting(
         "none", "PPO's ratio as usual, or restricted actions optimise the trie policy and each token's "
         "clipped surrogate is weighted by min(importance_weight_clip, pi_old / mu) (docs/results.md, study B)")
     importance_weight_clip: float = setting(1.0, "the largest weight a token's surrogate gets",
@@ -153,7 +155,7 @@ class PPO:
 class Critic:
     """The critic (`config.critic`)."""
 
-    kind: Literal["head", "lora"] = setting(
+    kind: CriticKind = setting(
         "head", "an MLP head on the frozen base's features, or a second adapter")
     hidden_sizes: tuple[int, ...] = setting((1024, 512), "the head's hidden layer widths",
                                             Check(lambda v: all(int(h) >= 1 for h in v), "positive layer widths"))
