@@ -32,9 +32,9 @@ def get_config():
     # With float32 matmuls PPO's old log-probs are the sampler's (the learner's own to rounding), so the
     # behaviour pass runs the critic alone; with bfloat16 the learner recomputes them.
     config.behaviour_logprobs = "auto"
-    # One generation call samples every thread's program at once, and on a CPU its time hardly grows
-    # with the threads (decoding is memory-bound): 8 programs in one call took 110 s, where 4 x 4
-    # took four calls, 356 s, for 16 (docs/performance.md, "The default job").
+    # One generation call samples every thread's program at once: on a CPU 8 programs in one call took
+    # 110 s, where 4 x 4 took four calls, 356 s, for 16 (docs/performance.md, "The default job"); 16
+    # threads took twice 8's time per call, no gain per env step (issue 41, 2026-11-26).
     config.num_threads = 8
     config.rollout_length = 1  # the paper: 8
     config.total_env_steps = 16  # CPU default; the paper ran 10k env steps
