@@ -156,6 +156,7 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
     prompt_len = max(len(r.prompt) for r in rows)
     arrays = method.scheme.pack(rows, prompt_len, rconfig, pad_id=0)
     as_jax = {k: jnp.asarray(v) for k, v in arrays.items()}
+    as_jax.update(rewards=jnp.asarray(case["rewards"], jnp.float32), dones=jnp.asarray(case["dones"], bool))
     view = make_token_batch(as_jax)  # the packed rows, without behaviour statistics
     features = method.scheme.critic_features(graph, frozen, actor_lora, view, use_lora=False)
     action_len = arrays["action_mask"].shape[-1]
@@ -170,7 +171,6 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
         return jnp.asarray(out)
 
     from_case = dict(
-        rewards=jnp.asarray(case["rewards"], jnp.float32), dones=jnp.asarray(case["dones"], bool),
         old_logprobs=fit(case["old_logprobs"]), old_values=fit(case["old_values"]), features=features,
         bootstrap_value=jnp.asarray(case["bootstrap_value"], jnp.float32))
     packed = {f.name: as_jax[f.name] for f in dataclasses.fields(view) if f.name not in from_case and f.name in as_jax}
