@@ -4,8 +4,8 @@ Default: POAD on balance_scale (fully offline) with the code model
 Qwen2.5-Coder-0.5B-Instruct (about 3 in 4 of its programs run before
 training), sized for a 2-core CPU: 2 updates of 8 threads x 1 step (16
 programs) and 256 new tokens, matmuls in the precision the machine
-multiplies natively; 7-9 minutes on a quiet 2-core CPU with AMX, about 13
-on a 2-core AVX2 CPU (docs/performance.md, "The default job").
+multiplies natively; 7-9 minutes on a quiet 2-core CPU with AMX, about 11
+on a quiet 2-core AVX2 CPU (docs/performance.md, "The default job").
 configs/datasci_smollm2.py is a quick smoke run with SmolLM2-135M-Instruct;
 configs/datasci_qwen.py the preset of studies/datasci_qwen.py.  Paper scale
 (a GPU): --config.num_threads=4 --config.rollout_length=8 --config.total_env_steps=10000.
@@ -46,4 +46,7 @@ def get_config():
     config.ppo.critic_lr = 5e-5
     config.ppo.num_minibatches = 2
     config.ppo.accumulation_steps = 2  # micro-batches of 2 rows bound activation memory
+    # The layer scan keeps its matmuls' outputs for the backward pass: the learner 1.22x, the warm loop 1.11x
+    # against recomputing them ("full"), peak 8.2 against 6.6 GiB (issue 41, docs/performance.md).
+    config.remat = "dots"
     return config
