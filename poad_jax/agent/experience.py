@@ -12,10 +12,10 @@ The path of one batch from the rollout to the learner:
    functions (`core/policy.py`) over those arrays: the behaviour log-probs,
    the critic's features and values, and the bootstrap values, so that
    PPO's first ratio is exactly 1;
-3. `make_token_batch`: arrays and statistics as the scheme's batch (`TokenBatch`:
-   `TokenLevelBatch` or `ActionLevelBatch`) the learner's update takes.  The behaviour pass itself reads the packed
-   arrays as a `TokenBatch` too (its behaviour fields None), so a scheme
-   reads one form of batch everywhere.
+3. `make_token_batch`: arrays and statistics as the scheme's batch
+   (`TokenLevelBatch` or `ActionLevelBatch`) the learner's update takes.
+   The behaviour pass itself reads the packed arrays as that batch too (its
+   behaviour fields None), so a scheme reads one form of batch everywhere.
 """
 
 from __future__ import annotations

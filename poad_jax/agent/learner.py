@@ -29,7 +29,6 @@ import dataclasses
 import functools
 from typing import Any, Callable
 
-import chex
 import jax
 import jax.numpy as jnp
 import optax
@@ -241,7 +240,7 @@ def jit_update(
     """Builds the jit-compiled update `(state, frozen, batch) -> (state, metrics)`.
 
     Returns the update function and a function giving its compile count.
-    (On a device mesh: `poad_jax.parallel.jit_sharded_update`.)
+    (On a device mesh: `poad_jax.agent.sharded_update.jit_sharded_update`.)
     """
     update, compiles = build_update(graph, method, config)
     return jax.jit(update, donate_argnums=(0,)), compiles
@@ -282,6 +281,8 @@ def ppo_update(state: TrainState, frozen: FrozenBase, batch: TokenBatch, *, grap
     and the advantages and returns (what a harness records; `jax.jit` drops them
     where the caller does not return them).
     """
+    if epoch_orders is not None and row_groups != 1:
+        raise ValueError("fixed minibatch orders are for one row group")
     step = minibatch_step if step is None else step
     num_rows = batch.num_rows
     check_batch_rows(num_rows, config, row_groups)

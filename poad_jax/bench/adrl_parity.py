@@ -170,11 +170,9 @@ def build_batch(graph, frozen, actor_lora, case: dict[str, Any], method):
         out[:, :width] = x[:, :width]
         return jnp.asarray(out)
 
-    from_case = dict(
-        old_logprobs=fit(case["old_logprobs"]), old_values=fit(case["old_values"]), features=features,
-        bootstrap_value=jnp.asarray(case["bootstrap_value"], jnp.float32))
-    packed = {f.name: as_jax[f.name] for f in dataclasses.fields(view) if f.name not in from_case and f.name in as_jax}
-    return type(view)(**packed, **from_case), fit  # the scheme's batch type, as make_token_batch chose
+    stats = dict(old_logprobs=fit(case["old_logprobs"]), old_values=fit(case["old_values"]), features=features,
+                 bootstrap_value=jnp.asarray(case["bootstrap_value"], jnp.float32))
+    return make_token_batch(as_jax, stats), fit
 
 
 def _flat_params(tree) -> dict[str, np.ndarray]:
