@@ -18,7 +18,9 @@ def get_config():
     config.rollout_length = 4
     config.total_env_steps = 32
     # The numerics its study ran with (studies/datasci_qwen.py, docs/results/raw/datasci_qwen), before
-    # configs/datasci.py chose them from the machine ("auto").
+    # configs/datasci.py chose them from the machine ("auto"), and what its learner's layer scan kept for the
+    # backward pass before configs/datasci.py chose "dots" (the same numbers, computed with more recomputation).
     config.matmul_dtype = "bfloat16"
     config.behaviour_logprobs = "recompute"
+    config.remat = "full"
     return config
