@@ -127,6 +127,24 @@ def test_left_padded_batch_gives_each_row_the_result_of_its_prompt_alone(model, 
     np.testing.assert_allclose(alone.logprobs[0], batched.logprobs[0], atol=1e-5)
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_shared_prompts_are_prefilled_once_and_give_every_row_its_own_draws(model, sampler, temperature):
+    """`share_prompts`: the rows of a repeated prompt draw what they draw when each prompt is
+    prefilled in its own row (per-row keys), the prefill runs the distinct prompts only."""
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0], PROMPTS[0]]  # three distinct rows fewer
+    config = SamplingConfig(temperature=temperature, max_new_tokens=8)
+    flops_before = sampler.matmul_flops
+    plain = sampler.generate(prompts, jax.random.key(3), config)
+    plain_flops, flops_before = sampler.matmul_flops - flops_before, sampler.matmul_flops
+    shared = sampler.generate(prompts, jax.random.key(3), dataclasses.replace(config, share_prompts=True))
+    assert sampler.matmul_flops - flops_before < plain_flops  # two prompts prefilled, not four
+    for b in range(len(prompts)):
+        assert shared.tokens[b].tolist() == plain.tokens[b].tolist()
+        np.testing.assert_allclose(shared.logprobs[b], plain.logprobs[b], atol=1e-5)
+    if temperature:  # rows of one prompt draw apart: each keeps its own key
+        assert len({tuple(shared.tokens[b].tolist()) for b in (0, 2, 3)}) > 1
+
+
 # ---------------------------------------------------------------------------
 # Top-k / top-p.
 

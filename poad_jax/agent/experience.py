@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,8 +30,10 @@ import numpy as np
 
 from poad_jax.agent.methods import Method
 from poad_jax.agent.rollout import RolloutConfig, StepRecord
+from poad_jax.core import shared_prefix
 from poad_jax.core.layout import bucket_size
 from poad_jax.core.policy import FrozenBase, PackedRows, PolicyGraph, base_features, head_values
+from poad_jax.core.shared_prefix import PrefixPlan
 from poad_jax.core.token_batch import ActionLevelBatch, TokenBatch, TokenLevelBatch, pack_rows
 
 
@@ -147,7 +149,7 @@ def pack_batch_agreed(
     return {name: _pad_to(name, arrays[name], shapes[name]) for name in names}, next_arrays
 
 
-@functools.partial(jax.jit, static_argnames=("graph", "method", "temperature", "critic_kind"))
+@functools.partial(jax.jit, static_argnames=("graph", "method", "temperature", "critic_kind", "plans"))
 def behaviour_statistics(
     graph: PolicyGraph,
     frozen: FrozenBase,
@@ -159,6 +161,7 @@ def behaviour_statistics(
     method: Method,
     temperature: float,
     critic_kind: str,
+    plans: PrefixPlans | None = None,
 ) -> dict[str, jax.Array]:
     """Old log-probs, critic features, old values and bootstrap values.
 
@@ -167,9 +170,12 @@ def behaviour_statistics(
     sampler's log-probs (`pack_batch` with `behaviour_logprobs="sampler"`):
     those are the old log-probs, the actor's forward is skipped, and the
     first ratio is 1 up to the cached decode's rounding (`bench logprob_gap`).
+    `plans` (token level, `prefix_plans`) packs the rows and the next
+    prompts with their common prompt prefix once (the same values to rounding).
     """
     scheme = method.scheme
-    batch = make_token_batch(arrays)  # the packed batch, before its behaviour statistics
+    plans = PrefixPlans(None, None, None) if plans is None else plans
+    batch = make_token_batch(arrays, prefix_plan=plans.rows)  # the packed batch, before its behaviour statistics
     critic_lora = params.get("critic_lora", params["actor"])
     use_critic_lora = critic_kind == "lora"
     if "sampler_logprobs" in arrays:
@@ -178,7 +184,8 @@ def behaviour_statistics(
         old_logprobs, _ = scheme.policy(graph, frozen, params["actor"], batch, temperature)
     features = scheme.critic_features(graph, frozen, critic_lora, batch, use_critic_lora)
     old_values = head_values(graph, value_head, features)
-    next_rows = PackedRows(next_arrays["tokens"], next_arrays["positions"], next_arrays["key_mask"], batch.prompt_len)
+    next_rows = PackedRows(next_arrays["tokens"], next_arrays["positions"], next_arrays["key_mask"], batch.prompt_len,
+                           plans.next_rows)
     next_features = base_features(graph, frozen, critic_lora, next_rows, use_lora=use_critic_lora)[:, 0]
     bootstrap_value = head_values(graph, value_head, next_features)
     return {
@@ -192,13 +199,41 @@ def behaviour_statistics(
 BEHAVIOUR_FIELDS = ("old_logprobs", "old_values", "features", "bootstrap_value")
 
 
-def make_token_batch(arrays: dict[str, np.ndarray], stats: dict[str, jax.Array] | None = None) -> TokenBatch:
+def make_token_batch(arrays: dict[str, np.ndarray], stats: dict[str, jax.Array] | None = None,
+                     prefix_plan: PrefixPlan | None = None) -> TokenBatch:
     """The scheme's batch (`ActionLevelBatch` where `arrays` hold the candidates' `chosen`, else
-    `TokenLevelBatch`) of packed arrays and their behaviour statistics (`behaviour_statistics`).
-    Without `stats` (the behaviour pass itself reads the packed rows) the four behaviour fields
-    are None: the one place a batch is incomplete, and it never reaches the learner."""
+    `TokenLevelBatch`, with `prefix_plan`) of packed arrays and their behaviour statistics
+    (`behaviour_statistics`).  Without `stats` (the behaviour pass itself reads the packed rows)
+    the four behaviour fields are None: the one place a batch is incomplete, and it never
+    reaches the learner."""
     batch_type = ActionLevelBatch if "chosen" in arrays else TokenLevelBatch
+    if prefix_plan is not None and batch_type is not TokenLevelBatch:
+        raise ValueError("prefix packing is for token-level rows (TWOSOME shares its prompt with share_prompt)")
     packed = [f.name for f in dataclasses.fields(batch_type) if f.name not in BEHAVIOUR_FIELDS and f.name in arrays]
     stats = {} if stats is None else stats
+    extra = {} if prefix_plan is None else {"prefix_plan": prefix_plan}
     return batch_type(**{name: jnp.asarray(arrays[name]) for name in packed},
-                      **{name: stats.get(name) for name in BEHAVIOUR_FIELDS})
+                      **{name: stats.get(name) for name in BEHAVIOUR_FIELDS}, **extra)
+
+
+class PrefixPlans(NamedTuple):
+    """The prefix packings of one update (`shared_prefix.plan`; None where a packing saves
+    nothing): the learner's micro-batches (`learner`), the behaviour pass over all rows
+    (`rows`) and over the next observations' prompts (`next_rows`)."""
+
+    learner: PrefixPlan | None
+    rows: PrefixPlan | None
+    next_rows: PrefixPlan | None
+
+
+def prefix_plans(arrays: dict[str, np.ndarray], next_arrays: dict[str, np.ndarray],
+                 micro_batch_rows: int) -> PrefixPlans:
+    """The packings (`PrefixPlans`) of token-level packed arrays, on the host."""
+    prompt_len = np.shape(arrays["tokens"])[-1] - np.shape(arrays["action_mask"])[-1]
+    tokens, key_mask = np.asarray(arrays["tokens"]), np.asarray(arrays["key_mask"])
+    next_tokens, next_mask = np.asarray(next_arrays["tokens"]), np.asarray(next_arrays["key_mask"])
+    return PrefixPlans(
+        learner=shared_prefix.plan(tokens, key_mask, prompt_len, micro_batch_rows),
+        rows=shared_prefix.plan(tokens, key_mask, prompt_len, len(tokens)),
+        next_rows=shared_prefix.plan(next_tokens, next_mask, prompt_len, len(next_tokens)),
+    )

@@ -126,10 +126,16 @@ class TokenLevel:
         entropies = {"entropy_vocabulary": terms.entropy_vocabulary, "entropy_offered": terms.entropy_offered}
         return logprobs, terms.entropy_offered, entropies
 
-    def passes(self, tokens_shape, action_len: int) -> SchemePasses:
+    def passes(self, tokens_shape, action_len: int, prefix_plan=None) -> SchemePasses:
         """The decoder passes `policy` and `critic_features` run over a batch `[N, P + A]`:
-        both over every row; the policy's logits at the A action columns; N A values."""
+        both over every row; the policy's logits at the A action columns; N A values.  With a
+        `prefix_plan` (`core/shared_prefix.py`): over N / m packed sequences of T columns, m A
+        logits each."""
         rows, length = tokens_shape
+        if prefix_plan is not None:
+            groups, m = rows // prefix_plan.group_rows, prefix_plan.group_rows
+            return SchemePasses(Pass(groups, prefix_plan.packed_len, m * action_len),
+                                Pass(groups, prefix_plan.packed_len), rows * action_len)
         return SchemePasses(Pass(rows, length, action_len), Pass(rows, length), rows * action_len)
 
     def critic_features(self, graph: PolicyGraph, frozen: FrozenBase, lora, batch, use_lora: bool) -> jax.Array:

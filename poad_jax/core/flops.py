@@ -163,7 +163,8 @@ def scoring_flops(config, rows: int, prompt_len: int, candidates: int, action_le
 
 
 def update_flops(config, passes: SchemePasses, *, head_sizes, next_rows: int, prompt_len: int, critic_kind: str,
-                 remat: str, epochs: int, sampler_logprobs: bool = False) -> dict[str, int]:
+                 remat: str, epochs: int, sampler_logprobs: bool = False, behaviour_passes: SchemePasses | None = None,
+                 bootstrap: Pass | None = None) -> dict[str, int]:
     """Matmul FLOPs of one update's behaviour pass and learner, `{"behaviour": ..., "learner": ...}`.
 
     behaviour = policy forward + critic forward + head(values)
@@ -171,11 +172,15 @@ def update_flops(config, passes: SchemePasses, *, head_sizes, next_rows: int, pr
                 (without the policy forward when the old log-probs are the sampler's)
     learner   = epochs x [training(policy) + head training(values)
                           (+ training(critic) with the features trained, critic_kind "lora")]
+
+    `behaviour_passes` and `bootstrap` replace the behaviour pass's own where it runs other
+    passes than the learner (rows packed by another prefix plan, `core/shared_prefix.py`).
     """
     hidden = config.hidden_size
-    bootstrap = Pass(next_rows, prompt_len + 1)
-    policy = 0 if sampler_logprobs else pass_flops(config, passes.policy).total
-    behaviour = (policy + pass_flops(config, passes.critic).total
+    bootstrap = Pass(next_rows, prompt_len + 1) if bootstrap is None else bootstrap
+    behaviour_passes = passes if behaviour_passes is None else behaviour_passes
+    policy = 0 if sampler_logprobs else pass_flops(config, behaviour_passes.policy).total
+    behaviour = (policy + pass_flops(config, behaviour_passes.critic).total
                  + pass_flops(config, bootstrap).total + head_flops(hidden, head_sizes, passes.values + next_rows))
     lora_critic = critic_kind == "lora"
     learner = (training_flops(config, passes.policy, remat)

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from poad_jax.core import shared_prefix
 from poad_jax.models.llama import Llama, base_filter
 
 
@@ -106,17 +107,21 @@ class PackedRows(NamedTuple):
     positions: jax.Array
     key_mask: jax.Array
     prompt_len: int
+    # Token-level rows only: run the forward over the rows packed with their common prompt
+    # prefix once (`core/shared_prefix.py`); None runs every row as it is.
+    prefix_plan: shared_prefix.PrefixPlan | None = None
 
     @classmethod
     def of(cls, batch) -> "PackedRows":
-        """The rows of a TokenBatch (or of anything with these four fields)."""
-        return cls(batch.tokens, batch.positions, batch.key_mask, batch.prompt_len)
+        """The rows of a TokenBatch (or of anything with these four fields, and `prefix_plan`)."""
+        return cls(batch.tokens, batch.positions, batch.key_mask, batch.prompt_len,
+                   getattr(batch, "prefix_plan", None))
 
     def flat(self) -> "PackedRows":
         """Candidate rows `[N, K, L]` as `[N K, L]` rows of their own."""
         length = self.tokens.shape[-1]
         return PackedRows(*(x.reshape(-1, length) for x in (self.tokens, self.positions, self.key_mask)),
-                          self.prompt_len)
+                          self.prompt_len)  # no prefix plan: candidate rows share their prompt their own way
 
 
 def split_policy(model: Llama, head: ValueHead) -> tuple[PolicyGraph, FrozenBase, dict[str, Any]]:
@@ -137,6 +142,21 @@ def merge_model(graph: PolicyGraph, frozen: FrozenBase, lora) -> Llama:
 def action_window(x: jax.Array, prompt_len: int, action_len: int) -> jax.Array:
     """Columns [P - 1, P - 1 + A) of `x [N, L, ...]`: the positions that predict actions."""
     return jax.lax.slice_in_dim(x, prompt_len - 1, prompt_len - 1 + action_len, axis=1)
+
+
+def hidden_before_actions(model: Llama, rows: PackedRows, *, use_lora: bool, constrain=None) -> jax.Array:
+    """`[N, A, H]`: the final hidden states at the columns that predict the action tokens of
+    `rows` `[N, P + A]` (columns [P - 1, P - 1 + A)), from one forward over the rows, or over
+    their packing with the common prompt prefix once where `rows.prefix_plan` says so
+    (`shared_prefix.hidden_before_actions`: the same states to rounding, fewer columns)."""
+    action_len = rows.tokens.shape[1] - rows.prompt_len
+    if rows.prefix_plan is not None:
+        return shared_prefix.hidden_before_actions(model, rows.tokens, rows.positions, rows.key_mask,
+                                                   rows.prompt_len, rows.prefix_plan, use_lora=use_lora,
+                                                   constrain=constrain)
+    hidden = model(rows.tokens, rows.positions, rows.key_mask, use_lora=use_lora, return_logits=False,
+                   constrain=constrain).hidden
+    return action_window(hidden, rows.prompt_len, action_len)
 
 
 class TokenPolicyTerms(NamedTuple):
@@ -204,9 +224,8 @@ def action_policy_terms(
     prompt_len = rows.prompt_len
     action_len = length - prompt_len
     model = merge_model(graph, frozen, actor_lora)
-    hidden = model(rows.tokens, rows.positions, rows.key_mask, use_lora=True, return_logits=False,
-                   constrain=graph.constrain).hidden
-    logits = model.logits(action_window(hidden, prompt_len, action_len)) / temperature
+    hidden = hidden_before_actions(model, rows, use_lora=True, constrain=graph.constrain)
+    logits = model.logits(hidden) / temperature
     terms = token_policy_terms(logits, rows.tokens[:, prompt_len:], allowed_tokens, allowed_mask)
     chex.assert_shape(list(terms), (num_rows, action_len))
     return terms
@@ -228,11 +247,8 @@ def base_features(graph: PolicyGraph, frozen: FrozenBase, lora, rows: PackedRows
     paper's critic input; `lora` is any LoRA state of the model, unused); with
     `use_lora=True` it is the forward with the given (critic) LoRA state.
     """
-    action_len = rows.tokens.shape[1] - rows.prompt_len
     model = merge_model(graph, frozen, lora)
-    hidden = model(rows.tokens, rows.positions, rows.key_mask, use_lora=use_lora, return_logits=False,
-                   constrain=graph.constrain).hidden
-    return action_window(hidden, rows.prompt_len, action_len)
+    return hidden_before_actions(model, rows, use_lora=use_lora, constrain=graph.constrain)
 
 
 def head_values(graph: PolicyGraph, head_state, features: jax.Array) -> jax.Array:
@@ -321,7 +337,7 @@ def candidate_token_logprobs(
         logprobs, _ = action_logprobs(graph, frozen, actor_lora, rows.flat(), 1.0)
         return logprobs.reshape(num_rows, num_candidates, -1)
     model = merge_model(graph, frozen, actor_lora)
-    tokens, positions, key_mask, prompt_len = rows
+    tokens, positions, key_mask, prompt_len = rows.tokens, rows.positions, rows.key_mask, rows.prompt_len
     return shared_prompt_token_logprobs(
         model,
         tokens[:, 0, :prompt_len], positions[:, 0, :prompt_len], key_mask[:, 0, :prompt_len],

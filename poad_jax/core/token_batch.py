@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from poad_jax.core.layout import positions_from_mask
+from poad_jax.core.shared_prefix import PrefixPlan
 
 
 @dataclasses.dataclass
@@ -82,11 +83,15 @@ class TokenLevelBatch(_Rollout):
       behaviour_logprobs: `[N, A]` float32 log mu of each action token under the
         distribution it was drawn from, with `ppo.behaviour_correction="importance"`;
         None without it.
+      prefix_plan: static; where set, the forward passes run any `group_rows` of these
+        rows packed with their common prompt prefix once (`core/shared_prefix.py`,
+        `prefix_packing=True`); None runs every row as it is.
     """
 
     allowed_tokens: jax.Array
     allowed_mask: jax.Array
     behaviour_logprobs: jax.Array | None = None
+    prefix_plan: PrefixPlan | None = dataclasses.field(default=None, metadata={"static": True})
 
 
 @jax.tree_util.register_dataclass

@@ -35,7 +35,7 @@ from jax.sharding import Mesh
 
 from poad_jax import parallel
 from poad_jax.agent import sharded_update
-from poad_jax.agent.experience import pack_batch, pack_batch_agreed
+from poad_jax.agent.experience import pack_batch, pack_batch_agreed, prefix_plans
 from poad_jax.agent.learner import LearnerConfig, TrainState, init_train_state, jit_update
 from poad_jax.agent.methods import Method, make_method
 from poad_jax.agent.rollout import RolloutConfig, RolloutCollector, StepRecord, merged_actor
@@ -235,6 +235,15 @@ class Placement:
         if self.mesh is not None:
             return parallel.shard_batch(arrays, self.mesh), parallel.shard_batch(next_arrays, self.mesh)
         return arrays, next_arrays
+
+    def prefix_plans(self, arrays: dict, next_arrays: dict, method: Method, config: ml_collections.ConfigDict):
+        """The update's packings of rows with their common prompt prefix once (`PrefixPlans`), with
+        `prefix_packing=True`, a token-level method and one device; else None (rows as they are:
+        on a mesh a packed group would span the devices that hold its rows)."""
+        if not config.prefix_packing or not method.token_level or self.mesh is not None or self.count > 1:
+            return None
+        micro_batches = int(config.ppo.num_minibatches) * int(config.ppo.accumulation_steps)
+        return prefix_plans(arrays, next_arrays, len(arrays["tokens"]) // micro_batches)
 
 
 def placement_of(config: ml_collections.ConfigDict) -> Placement:

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import ml_collections
 
 import envs_py
-from poad_jax.agent.experience import behaviour_statistics, make_token_batch
+from poad_jax.agent.experience import PrefixPlans, behaviour_statistics, make_token_batch
 from poad_jax.agent.methods import Method
 from poad_jax.agent.episodes import episode_summary, step_summary
 from poad_jax.agent.rollout import RolloutCollector, StepRecord, actions_cut_off
@@ -115,6 +115,8 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
     placement, method, rconfig, seeds = built.placement, built.method, built.rollout, built.seeds
     if show_progress and placement.describe():
         print(placement.describe())
+        if config.prefix_packing:
+            print("prefix_packing is off on a mesh: each device runs its rows as they are")
     update_fn, update_compiles, state = placement.learner(built.graph, method, built.learner, built.params, seeds.learner)
     sampler = placement.sampler(built.graph, built.frozen, built.params, rconfig.prompt_buckets)
     collector = RolloutCollector(envs, built.tokenizer, sampler, method, rconfig, seed=seeds.numpy)
@@ -161,10 +163,11 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
             arrays, next_arrays = placement.batch_arrays(steps, next_prompts, method, rconfig,
                                                      built.tokenizer.pad_token_id)
             value_head = target_head if config.critic.target_update_every > 0 else state.params["head"]
+            plans = placement.prefix_plans(arrays, next_arrays, method, config)
             stats = behaviour_statistics(built.graph, built.frozen, state.params, value_head, arrays, next_arrays,
                                          method=method, temperature=built.learner.temperature,
-                                         critic_kind=built.learner.critic_kind)
-            batch = make_token_batch(arrays, stats)
+                                         critic_kind=built.learner.critic_kind, plans=plans)
+            batch = make_token_batch(arrays, stats, prefix_plan=plans.learner if plans else None)
             jax.block_until_ready(batch)
             behaviour_seconds, start = time.perf_counter() - start, time.perf_counter()
             state, metrics = update_fn(state, built.frozen, batch)
@@ -179,7 +182,8 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
                       **episode_summary(run_episodes, since=episodes_before),
                       **step_summary(run_episodes, counters_before),
                       **{k: float(v) for k, v in metrics.items()},
-                      **batch_record(config, method, steps, rconfig, batch, sampler, sampler_flops, update_compiles()),
+                      **batch_record(config, method, steps, rconfig, batch, sampler, sampler_flops, update_compiles(),
+                                     plans),
                       **{f"seconds_{phase}": value for phase, value in seconds.items()},
                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
             logger.log(record)
@@ -273,24 +277,38 @@ def final_update(config: ml_collections.ConfigDict, update: int, env_steps: int,
 
 def batch_record(config: ml_collections.ConfigDict, method: Method, steps: list[list[StepRecord]], rconfig,
                  batch: TokenBatch, sampler: Sampler, sampler_flops_before: int,
-                 learner_compiles: int) -> dict[str, int]:
+                 learner_compiles: int, plans: PrefixPlans | None = None) -> dict[str, int]:
     """An update's batch fields: the actions the token limit cut off (all processes'), the batch's
-    prompt and action lengths, and its cost (`update_cost_record`)."""
+    prompt and action lengths (and, packed with the common prompt prefix once, the prefix's and the
+    learner's packed length), and its cost (`update_cost_record`)."""
+    packed = {} if plans is None or plans.learner is None else {
+        "batch_prefix_len": plans.learner.prefix_len, "batch_packed_len": plans.learner.packed_len}
     return {"actions_cut_off": sum(hosts.allgather_json(actions_cut_off(steps, rconfig))),
-            "batch_prompt_len": int(batch.prompt_len), "batch_action_len": int(batch.action_len),
-            **update_cost_record(config, method, batch, sampler, sampler_flops_before, learner_compiles)}
+            "batch_prompt_len": int(batch.prompt_len), "batch_action_len": int(batch.action_len), **packed,
+            **update_cost_record(config, method, batch, sampler, sampler_flops_before, learner_compiles, plans)}
 
 
 def update_cost_record(config: ml_collections.ConfigDict, method: Method, batch: TokenBatch, sampler: Sampler,
-                       sampler_flops_before: int, learner_compiles: int) -> dict[str, int]:
+                       sampler_flops_before: int, learner_compiles: int,
+                       plans: PrefixPlans | None = None) -> dict[str, int]:
     """An update's cost fields: the compilations so far (`compiles_*`) and the matmul FLOPs
     (`flops_*`, `poad_jax.core.flops`) of its sampler calls (this process's: the sampler's count
-    since `sampler_flops_before`), its behaviour pass and its learner update (the whole batch's)."""
-    passes = method.scheme.passes(batch.tokens.shape, batch.action_len)
+    since `sampler_flops_before`), its behaviour pass and its learner update (the whole batch's),
+    over the packed rows where `plans` packed them."""
+    plans = PrefixPlans(None, None, None) if plans is None else plans
+
+    def passes_over(plan):
+        if plan is None:
+            return method.scheme.passes(batch.tokens.shape, batch.action_len)
+        return method.scheme.passes(batch.tokens.shape, batch.action_len, plan)  # token level only
+
+    passes, behaviour_passes = passes_over(plans.learner), passes_over(plans.rows)
+    bootstrap = None if plans.next_rows is None else flops_lib.Pass(1, plans.next_rows.packed_len)
     counted = flops_lib.update_flops(
         sampler.model_config, passes, head_sizes=tuple(config.critic.hidden_sizes), next_rows=batch.num_threads,
         prompt_len=batch.prompt_len, critic_kind=str(config.critic.kind), remat=str(config.remat),
-        epochs=int(config.ppo.epochs), sampler_logprobs=str(config.behaviour_logprobs) == "sampler")
+        epochs=int(config.ppo.epochs), sampler_logprobs=str(config.behaviour_logprobs) == "sampler",
+        behaviour_passes=behaviour_passes, bootstrap=bootstrap)
     return {"compiles_learner": int(learner_compiles), "compiles_sampler": int(sampler.compile_count),
             "flops_sampler": int(sampler.matmul_flops - sampler_flops_before),
             "flops_behaviour": counted["behaviour"], "flops_learner": counted["learner"]}

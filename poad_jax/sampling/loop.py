@@ -160,6 +160,17 @@ def prefill(model, unstacked, tokens, mask, n_rows, cache_length: int, cache_dty
     return carry if constrain is None else constrain(carry)
 
 
+def repeat_rows(carry: DecodeCarry, index: jax.Array, n_rows: jax.Array) -> DecodeCarry:
+    """The carry of a batch `[B]` whose row b is row `index[b]` of `carry` (a prompt prefilled once
+    for every row that has it: its cache, key mask, pending token and position); rows >= n_rows
+    are dummies and start done."""
+    take = lambda x, axis=0: jnp.take(x, index, axis=axis)
+    cache = carry.cache._replace(k=take(carry.cache.k, 1), v=take(carry.cache.v, 1))
+    return carry._replace(cache=cache, key_mask=take(carry.key_mask), pending=take(carry.pending),
+                          positions=take(carry.positions), tokens=take(carry.tokens), logprobs=take(carry.logprobs),
+                          done=jnp.arange(index.shape[0]) >= n_rows, node=take(carry.node))
+
+
 def decode_loop(model, unstacked, carry: DecodeCarry, rng: jax.Array, rule, constrain=None) -> DecodeCarry:
     """Draws tokens with `rule` until the buffer is full or every row is done.
 

@@ -33,7 +33,7 @@ from poad_jax.core.layout import ACTION_BUCKETS, COUNT_BUCKETS, PROMPT_BUCKETS, 
 from poad_jax.models.decode import unstack_weights
 from poad_jax.models.llama import base_filter
 from poad_jax.parallel.sampling_layout import SamplingLayout
-from poad_jax.sampling.loop import FreeSampling, TrieSampling, decode_loop, left_pad, prefill
+from poad_jax.sampling.loop import FreeSampling, TrieSampling, decode_loop, left_pad, prefill, repeat_rows
 from poad_jax.sampling.scoring import (
     NORMALIZATIONS,
     ActionScores,
@@ -58,6 +58,9 @@ class SamplingConfig:
     `eos_token_ids` are used.  `logprobs_of`: what `Generation.logprobs` holds,
     log pi(token) of the "sampled" (truncated) distribution or of the untruncated
     "policy" softmax(logits / T) (PPO's old log-probs, `behaviour_logprobs="sampler"`).
+    `share_prompts`: prompts that occur several times in one call are run into the KV cache
+    once and their cache rows copied (one device; the draws are per row as before, the
+    prefill's rows equal to float rounding).
     """
 
     temperature: float = 1.0
@@ -66,6 +69,7 @@ class SamplingConfig:
     max_new_tokens: int = 128
     stop_token_ids: tuple[int, ...] = ()
     logprobs_of: str = "sampled"
+    share_prompts: bool = False
 
     def __post_init__(self):
         if self.logprobs_of not in ("sampled", "policy"):
@@ -205,6 +209,7 @@ class Sampler:
             return score_candidates(merged(base, lora, rest), unstacked, *arrays)
 
         self._prefill = jax.jit(start, static_argnums=(7, 8))
+        self._repeat = jax.jit(repeat_rows)
         self._decode = jax.jit(decode, donate_argnums=(4,))
         self._score = jax.jit(score)
 
@@ -233,8 +238,17 @@ class Sampler:
     def _key(self, rng: jax.Array) -> jax.Array:
         return rng if self.layout is None else self.layout.place_replicated(rng)
 
-    def _start(self, prompts, buffer_length: int):
-        """Buckets and prefills; returns the decode carry."""
+    def _start(self, prompts, buffer_length: int, share_prompts: bool = False):
+        """Buckets and prefills; returns the decode carry.  `share_prompts` (one device): each
+        distinct prompt is prefilled once and its rows of the carry repeated (`repeat_rows`)."""
+        if share_prompts and self.layout is None:
+            distinct = {tuple(p): None for p in prompts}
+            if len(distinct) < len(prompts):
+                order = {prompt: i for i, prompt in enumerate(distinct)}
+                index = np.zeros(self._batch(len(prompts)), np.int32)
+                index[:len(prompts)] = [order[tuple(p)] for p in prompts]
+                carry = self._start([list(p) for p in distinct], buffer_length)
+                return self._repeat(carry, jnp.asarray(index), jnp.int32(len(prompts)))
         batch = self._batch(len(prompts))
         length = bucket_size(max(len(p) for p in prompts), self.prompt_buckets)
         tokens, mask = left_pad(prompts, batch, length)
@@ -257,7 +271,8 @@ class Sampler:
         stop_ids = tuple(sorted(set(stop_ids)))
         rule = FreeSampling(float(config.temperature), int(config.top_k), float(config.top_p), stop_ids,
                             record_policy=config.logprobs_of == "policy")
-        carry = self._decode(*self._weights(), self._start(prompts, config.max_new_tokens), self._key(rng), rule)
+        carry = self._start(prompts, config.max_new_tokens, config.share_prompts)
+        carry = self._decode(*self._weights(), carry, self._key(rng), rule)
         self._count_decode(carry)
         tokens, logprobs, n_written = np.asarray(carry.tokens), np.asarray(carry.logprobs), int(carry.step)
         out_tokens, out_logprobs, reasons = [], [], []

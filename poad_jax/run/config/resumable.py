@@ -21,6 +21,8 @@ RESUMABLE_FIELDS = {
     "env.vector_mode": "speed",
     "remat": "speed",
     "share_prompt": "speed",
+    "prefix_packing": "speed",
+    "sampling.share_prompts": "speed",
     "prompt_bucket_step": "speed",
     "mesh": "layout",
     "distributed": "layout",

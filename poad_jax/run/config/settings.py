@@ -106,6 +106,8 @@ class Sampling:
                            within(0, 1, open_low=True, why="1 turns top-p off"))
     max_new_tokens: int = setting(128, "an action's token limit",
                                   at_least(1, "an action needs at least one token"))
+    share_prompts: bool = setting(False, "free-form sampling: a prompt several rows share is run into the KV cache "
+                                  "once (one device; the same draws, the prefill's rows to float rounding)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +212,9 @@ class Run:
     share_prompt: bool = setting(
         True, "TWOSOME: encode each state's prompt once and score every candidate as its continuation (exact); "
         "False runs the whole prompt per candidate")
+    prefix_packing: bool = setting(
+        False, "poad/ntpo: the behaviour pass and the learner run the rows packed with their common prompt "
+        "prefix once and no padding (the same numbers to float rounding, `core/shared_prefix.py`); one device")
     seed: int = setting(0, "the seed every random stream of the run derives from")
     model: str = setting("smollm2-135m-instruct", "a model name (smollm2-135m-instruct, "
                          "qwen2.5-coder-0.5b-instruct, tiny-random), a Hugging Face directory or a .gguf file")
