@@ -49,4 +49,9 @@ def get_config():
     # The layer scan keeps its matmuls' outputs for the backward pass: the learner 1.22x, the warm loop 1.11x
     # against recomputing them ("full"), peak 8.2 against 6.6 GiB (issue 41, docs/performance.md).
     config.remat = "dots"
+    # The task text every prompt begins with is encoded once per pass, and no pass runs the rows' padding: the
+    # behaviour pass 1.84x, the learner 1.43x, the warm loop 1.21x (issue 41, docs/performance.md); a prompt
+    # several threads share is prefilled once (fewer FLOPs, no measurable time: decoding is the sampler's cost).
+    config.prefix_packing = True
+    config.sampling.share_prompts = True
     return config

@@ -23,4 +23,6 @@ def get_config():
     config.matmul_dtype = "bfloat16"
     config.behaviour_logprobs = "recompute"
     config.remat = "full"
+    config.prefix_packing = False  # rows as they were (the same numbers to rounding, packed: issue 41)
+    config.sampling.share_prompts = False
     return config
