@@ -179,6 +179,28 @@ def test_top_k_and_top_p_masks_match_numpy():
         np.testing.assert_array_equal(np.asarray(top_p_mask(jnp.asarray(logits), p)), np_top_p_mask(logits, p))
 
 
+def test_kth_largest_is_numpys_sorted_value_exactly():
+    """The bitwise search for top-k's threshold (`kernels.kth_largest`) against NumPy's sort: rows
+    with ties, -inf, both zeros, tiny and huge scales, every k from 1 to V."""
+    from poad_jax.sampling.kernels import kth_largest
+
+    kth = jax.jit(kth_largest)  # k traced: one compilation per shape
+    rng = np.random.default_rng(4)
+    for width in (1, 7, 40):
+        for trial in range(12):
+            x = (rng.normal(size=(3, width)) * rng.choice([1e-30, 1e-3, 1.0, 1e4, 1e30])).astype(np.float32)
+            if trial % 3 == 0:
+                x = np.round(x)  # ties
+            if trial % 4 == 1:
+                x[:, : width // 3 + 1] = -np.inf
+            if trial % 4 == 2:
+                x[:, ::2], x[:, 1::4] = 0.0, -0.0
+            for k in range(1, width + 1):
+                want = -np.sort(-x, axis=-1)[:, k - 1]
+                np.testing.assert_array_equal(np.asarray(kth(jnp.asarray(x), k))[:, 0], want,
+                                              err_msg=f"width {width}, trial {trial}, k {k}")
+
+
 def test_sample_tokens_records_logprob_of_renormalised_masked_distribution():
     logits = np.random.default_rng(1).normal(0, 2, (4, 40)).astype(np.float32)
     temperature, k, p = 0.8, 10, 0.7

@@ -53,6 +53,7 @@ from poad_jax.core.policy import (
     base_features,
     candidate_token_logprobs,
 )
+from poad_jax.core.shared_prefix import PrefixPlan
 from poad_jax.core.token_batch import action_streams, pack_rows, token_streams
 from poad_jax.sampling import action_normalizers
 
@@ -126,7 +127,7 @@ class TokenLevel:
         entropies = {"entropy_vocabulary": terms.entropy_vocabulary, "entropy_offered": terms.entropy_offered}
         return logprobs, terms.entropy_offered, entropies
 
-    def passes(self, tokens_shape, action_len: int, prefix_plan=None) -> SchemePasses:
+    def passes(self, tokens_shape, action_len: int, prefix_plan: PrefixPlan | None = None) -> SchemePasses:
         """The decoder passes `policy` and `critic_features` run over a batch `[N, P + A]`:
         both over every row; the policy's logits at the A action columns; N A values.  With a
         `prefix_plan` (`core/shared_prefix.py`): over N / m packed sequences of T columns, m A

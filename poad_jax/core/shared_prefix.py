@@ -112,31 +112,32 @@ def _pack_group(tokens, positions, key_mask, prompt_len: int, prefix_len: int, p
 
 
 def pack(tokens: jax.Array, positions: jax.Array, key_mask: jax.Array, prompt_len: int,
-         layout: PrefixPlan) -> PackedGroups:
-    """Rows `[N, P + A]` (N a multiple of `layout.group_rows`; consecutive rows form a group)
-    packed by `layout` (see the module docstring).  The rows' prompts must share their first
-    `layout.prefix_len` tokens and each group's real tokens must fit (`plan` makes it so)."""
+         prefix_plan: PrefixPlan) -> PackedGroups:
+    """Rows `[N, P + A]` (N a multiple of `prefix_plan.group_rows`; consecutive rows form a group)
+    packed by `prefix_plan` (see the module docstring).  The rows' prompts must share their first
+    `prefix_plan.prefix_len` tokens and each group's real tokens must fit (`plan` makes it so)."""
     num_rows, length = tokens.shape
-    m = layout.group_rows
+    m = prefix_plan.group_rows
     if num_rows % m:
         raise ValueError(f"{num_rows} rows do not split into groups of {m}")
     groups = num_rows // m
     grouped = [x.reshape(groups, m, length) for x in (tokens, positions, key_mask)]
-    packed = jax.vmap(lambda *g: _pack_group(*g, prompt_len, layout.prefix_len, layout.packed_len))(*grouped)
+    packed = jax.vmap(lambda *g: _pack_group(*g, prompt_len, prefix_plan.prefix_len, prefix_plan.packed_len))(
+        *grouped)
     packed_tokens, packed_positions, packed_mask, visibility, columns = packed
-    flat_columns = columns + (jnp.arange(groups) * layout.packed_len)[:, None, None]
-    chex.assert_shape([packed_tokens, packed_positions, packed_mask], (groups, layout.packed_len))
+    flat_columns = columns + (jnp.arange(groups) * prefix_plan.packed_len)[:, None, None]
+    chex.assert_shape([packed_tokens, packed_positions, packed_mask], (groups, prefix_plan.packed_len))
     return PackedGroups(packed_tokens, packed_positions, packed_mask, visibility,
                         flat_columns.reshape(num_rows, length - prompt_len))
 
 
 def hidden_before_actions(model, tokens: jax.Array, positions: jax.Array, key_mask: jax.Array, prompt_len: int,
-                          layout: PrefixPlan, *, use_lora: bool, constrain=None) -> jax.Array:
+                          prefix_plan: PrefixPlan, *, use_lora: bool, constrain=None) -> jax.Array:
     """`[N, A, H]`: the model's final hidden state at the column before each action token
     (the prompt's last token, then action tokens 0..A-2) of rows `[N, P + A]`, computed over
-    their packing by `layout` (`pack`).  Columns after a row's real action tokens hold
+    their packing by `prefix_plan` (`pack`).  Columns after a row's real action tokens hold
     meaningless values, as in the unpacked rows."""
-    packed = pack(tokens, positions, key_mask, prompt_len, layout)
+    packed = pack(tokens, positions, key_mask, prompt_len, prefix_plan)
     hidden = model(packed.tokens, packed.positions, packed.key_mask, use_lora=use_lora, return_logits=False,
                    visibility=packed.visibility, constrain=constrain).hidden
     flat = hidden.reshape(-1, hidden.shape[-1])
