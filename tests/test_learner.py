@@ -153,7 +153,8 @@ def test_each_scheme_packs_its_own_complete_batch_type(method_name):
               "chosen": 1, "candidate_mask": 2, "normalizer": 2})
     for name, rank in ranks.items():
         assert np.ndim(getattr(batch, name)) == rank, name
-    fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch) if not f.metadata.get("static")}
+    assert getattr(batch, "prefix_plan", None) is None  # static metadata, set only with prefix_packing
     assert [name for name, value in fields.items() if value is None] == (["behaviour_logprobs"] if token_level else [])
     assert all(np.shape(value)[0] == batch.num_rows for name, value in fields.items()
                if value is not None and name != "bootstrap_value")
