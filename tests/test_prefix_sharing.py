@@ -56,15 +56,21 @@ def random_steps(tokenizer, threads: int, steps: int, seed: int) -> tuple[list[l
     return out, next_prompts
 
 
-def setup(normalization: str, seed: int = 0, matmul_dtype=None):
+def rich_policy(seed: int = 0, matmul_dtype=None):
+    """A tiny model split for the learner, with adapters that change the logits (so their gradients are
+    rich) and a value head whose output layer is not zero: (graph, frozen, params, tokenizer)."""
     model, tokenizer = tiny_random_model(seed=seed, matmul_dtype=matmul_dtype)
     rng = np.random.default_rng(seed)
-    for name in model.layers.lora_b.keys():  # adapters that change the logits, so their gradients are rich
+    for name in model.layers.lora_b.keys():
         b = model.layers.lora_b[name]
         b[...] = jnp.asarray(rng.normal(0, 0.2, b[...].shape), jnp.float32)
     head = ValueHead(model.config.hidden_size, (16,), rngs=nnx.Rngs(1))
-    head.out.kernel[...] = jnp.asarray(rng.normal(0, 0.5, head.out.kernel[...].shape), jnp.float32)  # not zero
-    graph, frozen, params = split_policy(model, head)
+    head.out.kernel[...] = jnp.asarray(rng.normal(0, 0.5, head.out.kernel[...].shape), jnp.float32)
+    return (*split_policy(model, head), tokenizer)
+
+
+def setup(normalization: str, seed: int = 0, matmul_dtype=None):
+    graph, frozen, params, tokenizer = rich_policy(seed, matmul_dtype)
     steps, next_prompts = random_steps(tokenizer, threads=2, steps=4, seed=seed)
     config = rollout_config(num_threads=2, rollout_length=4, prompt_format="raw", twosome_normalization=normalization)
     arrays, next_arrays = pack_batch(steps, next_prompts, make_method("twosome", 0.95), config, tokenizer.pad_token_id)

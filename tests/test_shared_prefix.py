@@ -15,16 +15,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from poad_jax.agent.experience import PrefixPlans, behaviour_statistics, make_token_batch, pack_batch, prefix_plans
 from poad_jax.agent.learner import init_train_state, jit_update, policy_outputs
 from poad_jax.agent.methods import make_method
 from poad_jax.agent.rollout import StepRecord
 from poad_jax.core import shared_prefix
-from poad_jax.core.policy import PackedRows, ValueHead, base_features, split_policy
+from poad_jax.core.policy import PackedRows, base_features
 from poad_jax.models.tiny import tiny_random_model
 from poad_jax.run.config import learner_config, rollout_config
+from tests.test_prefix_sharing import rich_policy
 
 PREFIX = 32  # a multiple of the plan's default rounding, so the whole common prefix is shared
 
@@ -43,15 +43,8 @@ def random_steps(vocab_size: int, threads: int, seed: int, prefix_len: int = PRE
 
 
 def setup(seed: int = 0, threads: int = 6):
-    model, tokenizer = tiny_random_model(seed=seed)
-    rng = np.random.default_rng(seed)
-    for name in model.layers.lora_b.keys():  # adapters that change the logits, so their gradients are rich
-        b = model.layers.lora_b[name]
-        b[...] = jnp.asarray(rng.normal(0, 0.2, b[...].shape), jnp.float32)
-    head = ValueHead(model.config.hidden_size, (16,), rngs=nnx.Rngs(1))
-    head.out.kernel[...] = jnp.asarray(rng.normal(0, 0.5, head.out.kernel[...].shape), jnp.float32)  # not zero
-    graph, frozen, params = split_policy(model, head)
-    steps, next_prompts = random_steps(model.config.vocab_size, threads, seed)
+    graph, frozen, params, tokenizer = rich_policy(seed)
+    steps, next_prompts = random_steps(tokenizer.vocab_size, threads, seed)
     config = rollout_config(num_threads=threads, rollout_length=1, prompt_format="raw")
     arrays, next_arrays = pack_batch(steps, next_prompts, make_method("poad", 0.95), config, tokenizer.pad_token_id)
     return graph, frozen, params, arrays, next_arrays
