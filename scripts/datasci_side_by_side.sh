@@ -4,6 +4,7 @@
 # study paused (SIGSTOP) meanwhile and resumed at the end.  About 20-40 minutes per run on 2 cores.
 #   BASE=/path/to/checkout-of-8f42db6 bash scripts/datasci_side_by_side.sh [out_dir] [rounds]
 #   (git worktree add --detach ../base 8f42db6; docs/performance.md has the results)
+# NEW_FIRST=1 runs this checkout first in each round.
 # PRIMED=1: each side first runs once into a fresh persistent compilation cache of its own (`<side>_prime.log`),
 # then is measured with that cache, so its updates load their programs instead of compiling them: the loop as a
 # long run (or the train command's repeated run, which keeps a cache) sees it once its shapes have all been met.
@@ -39,7 +40,10 @@ lscpu | grep "Model name" >> "$OUT/sitting.log"
 grep -o -w 'avx512_bf16\|amx_bf16\|avx512f\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ' >> "$OUT/sitting.log"; echo >> "$OUT/sitting.log"
 [ "$PRIMED" = 1 ] && echo "primed: each side measured with a persistent compilation cache its first run filled" >> "$OUT/sitting.log"
 for round in $(seq "$ROUNDS"); do
-  side "base_r$round" "$BASE"
-  side "new_r$round" "$HERE"
+  if [ "${NEW_FIRST:-0}" = 1 ]; then  # a second sitting in the other order cancels a steady drift of the machine
+    side "new_r$round" "$HERE"; side "base_r$round" "$BASE"
+  else
+    side "base_r$round" "$BASE"; side "new_r$round" "$HERE"
+  fi
 done
 echo "== all done $(date -u +%T)" >> "$OUT/sitting.log"
