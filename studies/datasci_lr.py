@@ -31,7 +31,7 @@ chosen rate (same config and seed). About 25 s per env step on a quiet
 2-core AVX2 CPU (docs/performance.md): 27 minutes per cell, 3.6 hours for
 the sweep, one cell at a time in the background; re-running the command
 resumes it, and each cell fits in one session. (The GPU machine is no help
-here yet: the Qwen GGUF, about 400 MB in six wheel parts, would take seven
+here yet: the Qwen GGUF, 469 MB in six wheel parts, would take eight
 64 MiB calls to carry, and the sandbox needs bubblewrap there.)
 
     python -m poad_jax.study --study=studies/datasci_lr.py
