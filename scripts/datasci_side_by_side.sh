@@ -33,8 +33,9 @@ side() {  # name, checkout directory
     bench "$1_prime" "$2"
   fi
   bench "$1" "$2"
-  [ "$PRIMED" = 1 ] && rm -rf "$OUT/cache_$1"
-  unset JAX_COMPILATION_CACHE_DIR JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS
+  if [ "$PRIMED" = 1 ]; then
+    rm -rf "$OUT/cache_$1"; unset JAX_COMPILATION_CACHE_DIR JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS
+  fi
 }
 lscpu | grep "Model name" >> "$OUT/sitting.log"
 grep -o -w 'avx512_bf16\|amx_bf16\|avx512f\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ' >> "$OUT/sitting.log"; echo >> "$OUT/sitting.log"
