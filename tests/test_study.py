@@ -565,8 +565,9 @@ def test_a_published_study_still_builds_the_cells_it_ran(snapshot):
     """Its study file and base config still describe the published cells (snapshots of studies run on
     another machine sit one folder down, e.g. h100_2026-11-25/<study>): the workdir is recognised as
     this study's, and every cell's trainer config equals the config.json it ran with (fields added to
-    the trainer since count at their defaults), so re-running the study resumes rather than refusing."""
-    from poad_jax.run import rundir
+    the trainer since count at their defaults; "auto" settings resolve to the recorded choice, as the
+    trainer resolves them on a resume), so re-running the study resumes rather than refusing."""
+    from poad_jax.run import hardware, rundir
 
     published = PUBLISHED / snapshot
     study = spec.load_study(REPO / "studies" / f"{published.name}.py")
@@ -577,7 +578,9 @@ def test_a_published_study_still_builds_the_cells_it_ran(snapshot):
         if not recorded.is_file():  # a cell reused from a sibling study: only a note is kept
             continue
         ran = json.loads(recorded.read_text())
-        refused, safe = rundir.config_differences(ran, rundir.config_as_json(spec.cell_config(study, cell)))
+        config = spec.cell_config(study, cell).copy_and_resolve_references()
+        hardware.resolve_config(config, ran)  # "auto" settings resolve to the recorded choice, as a rerun's do
+        refused, safe = rundir.config_differences(ran, rundir.config_as_json(config))
         assert refused == [], (cell.name, refused)
         changed = {field: old for field, (old, _) in safe.items()
                    if old is not None and config_lib.resumable_kind(field) != "length"}  # a first pass ran fewer steps
