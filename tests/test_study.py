@@ -433,9 +433,36 @@ def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
     assert rows["NTPO__seed=0"][1] == "running (32 of 64)"
     assert rows["NTPO__seed=0"][3:] == ["3", f"{3 / 32:.3f}", f"{means[1]:.3f}", f"{means[1]:.3f}",
                                         f"{means[1]:.3f}"]
+    assert "![steps](steps.png)" in text and (workdir / "steps.png").stat().st_size > 0
     (tmp_path / "plain").mkdir()
     plain = spec.load_study(write_study(tmp_path / "plain", updates=4, seeds=(0,)))
     assert report.step_outcome_table(plain, workdir) == []
+    report.write_report(plain, workdir)
+    assert not (workdir / "steps.png").exists() and "steps.png" not in (workdir / "report.md").read_text()
+
+
+def test_step_curves_per_update_share_mean_best_kl_entropy():
+    """`report.step_curves` against the hand computation: the share of an update's own env steps that
+    succeeded (updates of unequal size), the succeeded steps' mean reward (NaN where none), the best so
+    far, KL and entropy passed through; a missing value is NaN, never 0."""
+    rng = np.random.default_rng(4)
+    sizes, counts = [8, 8, 16, 8], [0, 5, 3, 8]
+    steps = np.cumsum(sizes)
+    means = [None, *rng.uniform(0.4, 0.9, 3).tolist()]
+    kls, entropies = rng.uniform(1e-5, 1e-2, 4).tolist(), rng.uniform(0.1, 2.0, 4).tolist()
+    records = [{"env_steps": int(s), "steps_succeeded": k, "success_reward_mean": m, "approx_kl": kl,
+                "entropy": e, "best_step_reward": None if m is None else max(x for x in means[1:u + 1])}
+               for u, (s, k, m, kl, e) in enumerate(zip(steps, counts, means, kls, entropies))]
+    records[2].pop("entropy")
+    curves = report.step_curves(records)
+    assert set(curves) == set(report.STEP_PANELS)
+    for panel, (x, _) in curves.items():
+        np.testing.assert_array_equal(x, steps, err_msg=panel)
+    np.testing.assert_allclose(curves["share"][1], [0 / 8, 5 / 8, 3 / 16, 8 / 8])
+    np.testing.assert_allclose(curves["mean"][1], [np.nan, *means[1:]])
+    np.testing.assert_allclose(curves["best"][1], [np.nan, means[1], max(means[1:3]), max(means[1:])])
+    np.testing.assert_allclose(curves["approx_kl"][1], kls)
+    np.testing.assert_allclose(curves["entropy"][1], [entropies[0], entropies[1], np.nan, entropies[3]])
 
 
 

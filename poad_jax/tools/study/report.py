@@ -132,6 +132,7 @@ def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
     return results
 
 
+FIGURES = ("return", "success", "heatmap", "steps")
 PHASE_SECONDS = ("seconds_sampling", "seconds_env", "seconds_behaviour", "seconds_learner")
 
 
@@ -247,6 +248,80 @@ def step_outcome_table(study: Study, workdir: pathlib.Path) -> list[str]:
         lines.append(f"| {cell.name} | {status} | {row.steps:,} | {row.succeeded:,} | {_number(share)} | "
                      f"{_number(row.mean_reward)} | {_number(row.final_mean_reward)} | {_number(row.best_reward)} |")
     return lines
+
+
+STEP_PANELS = ("share", "mean", "best", "approx_kl", "entropy")
+
+
+def step_curves(records: list[dict[str, Any]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per update u, at env step s_u (s_0 = 0), what a DataSciCoding user watches:
+
+        share_u = k_u / (s_u - s_{u-1})      (k_u = steps_succeeded_u: the programs that ran)
+        mean_u  = success_reward_mean_u      (their mean AUC; NaN when none ran)
+        best_u  = best_step_reward_u         (the best AUC so far, a running max the trainer keeps)
+        approx_kl_u, entropy_u               (as the learner logs them)
+
+    Missing values are NaN, so a curve shows gaps rather than zeros."""
+    def value(record: dict[str, Any], key: str) -> float:
+        x = record.get(key)
+        return float("nan") if x is None else float(x)
+
+    steps = np.array([float(r.get("env_steps") or 0) for r in records])
+    taken = np.diff(np.concatenate([[0.0], steps]))
+    counts = np.array([float(r.get("steps_succeeded") or 0) for r in records])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(taken > 0, counts / np.where(taken > 0, taken, 1.0), np.nan)
+    named = {"mean": "success_reward_mean", "best": "best_step_reward", "approx_kl": "approx_kl", "entropy": "entropy"}
+    curves = {"share": (steps, share)}
+    curves.update({panel: (steps, np.array([value(r, key) for r in records])) for panel, key in named.items()})
+    return curves
+
+
+def plot_step_curves(study: Study, workdir: pathlib.Path, path: pathlib.Path) -> bool:
+    """One figure of `STEP_PANELS` per env step (report option `steps`), one line per group with its
+    mean ± std band over the cells that have logged (running ones too); False when none has."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = study.report.get("steps") or {}
+    succeeded, reward = names.get("succeeded", "succeeded"), names.get("reward", "reward")
+    titles = {"share": f"share of steps {succeeded}", "mean": f"mean {reward} of {succeeded} steps",
+              "best": f"best {reward} so far", "approx_kl": "approx KL per update",
+              "entropy": "entropy per token"}
+    window = int(study.report.get("smoothing", 1))
+    groups: dict[tuple, list[dict[str, tuple[np.ndarray, np.ndarray]]]] = {}
+    for cell in grid(study):
+        records = read_records(workdir / "cells" / cell.name)
+        if records:
+            groups.setdefault(cell.group, []).append(step_curves(records))
+    if not groups:
+        return False
+    figure, axes = plt.subplots(1, len(STEP_PANELS), figsize=(3.6 * len(STEP_PANELS), 3.2), squeeze=False)
+    positive_kl = False  # a log axis needs a value above 0 (records without a learner have none)
+    for index, (group, cells) in enumerate(groups.items()):
+        label = f"{', '.join(l for _, l in group)} (n={len(cells)})"
+        for axis, panel in zip(axes[0], STEP_PANELS):
+            steps, mean, std = band([c[panel] for c in cells], 1 if panel == "best" else window)
+            positive_kl |= panel == "approx_kl" and bool(np.any(mean > 0))
+            axis.plot(steps, mean, color=f"C{index % 10}", label=label, linewidth=1.5)
+            axis.fill_between(steps, mean - std, mean + std, color=f"C{index % 10}", alpha=0.18, linewidth=0)
+    for axis, panel in zip(axes[0], STEP_PANELS):
+        axis.set_title(titles[panel], fontsize=10)
+        axis.set_xlabel("env steps")
+        axis.grid(alpha=0.3)
+        if panel == "approx_kl" and positive_kl:
+            axis.set_yscale("log")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 4),
+                  fontsize=8, frameon=False)
+    smoothing = f", moving average of {window} updates (best: none)" if window > 1 else ""
+    figure.suptitle(f"{study.name}: mean ± std over the cells that have logged{smoothing}", fontsize=10)
+    figure.tight_layout(rect=(0, 0, 1, 0.93))
+    figure.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(figure)
+    return True
 
 
 def episode_successes(records: list[dict[str, Any]]) -> tuple[int, int]:
@@ -555,7 +630,7 @@ def publish(study: Study, workdir: pathlib.Path, directory: pathlib.Path) -> pat
     directory.mkdir(parents=True, exist_ok=True)
     text = (workdir / "report.md").read_text()
     line = provenance(study, workdir)  # before writing: the commit is not "-dirty" from this report's own files
-    for figure in ("return", "success", "heatmap"):
+    for figure in FIGURES:
         source = workdir / f"{figure}.png"
         if source.exists():
             shutil.copyfile(source, directory / f"{study.name}_{figure}.png")
@@ -577,7 +652,8 @@ def shown_path(path: pathlib.Path) -> str:
 
 
 def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
-    """Writes `report.md`, `return.png`, `success.png` (and `heatmap.png`) into `workdir`."""
+    """Writes `report.md`, `return.png`, `success.png` (and `heatmap.png`, and `steps.png` with report
+    option `steps`) into `workdir`."""
     results = aggregate(study, workdir)
     per_cell = cell_table(study, workdir)
     if len(per_cell) == 2:
@@ -588,8 +664,9 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
     threshold = report.get("threshold")
     reference_label, reference = reference_ranges(study)
     any_finished = any(r.curves for r in results)
-    for figure in ("return", "success", "heatmap"):  # none left from an earlier report
+    for figure in FIGURES:  # none left from an earlier report
         (workdir / f"{figure}.png").unlink(missing_ok=True)
+    stepped = bool(report.get("steps")) and plot_step_curves(study, workdir, workdir / "steps.png")
     if any_finished:
         plot_curves(study, results, workdir / "return.png", "return")
         plot_curves(study, results, workdir / "success.png", "success")
@@ -637,6 +714,8 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
             lines += ["", "![heatmap](heatmap.png)"]
     else:
         lines += ["", "No cell has finished yet: the seed-band figures come with the first finished cell."]
+    if stepped:
+        lines += ["", "![steps](steps.png)"]
     path = workdir / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
