@@ -5,6 +5,7 @@ actions, a preset's curve panels and the export's base model."""
 from __future__ import annotations
 
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +45,30 @@ def test_every_entry_point_says_what_it_does_its_flags_and_an_example(name, tmp_
     assert done.stdout.startswith(f"usage: python -m poad_jax.{name} "), done.stdout[:200]
     assert flag in done.stdout and "example" in done.stdout and example in done.stdout
     assert "Traceback" not in done.stderr and "error" not in done.stderr
+
+
+def test_the_package_lists_every_entry_point_and_runs_one_by_name(tmp_path):
+    """`python -m poad_jax` lists the commands (every entry point here, none without a module, each with its
+    README example); `python -m poad_jax study --help` is the study command's help; an unknown name is one
+    line naming the commands, exit status 2."""
+    from poad_jax import __main__ as package_main
+
+    assert [name for name, _, _ in package_main.COMMANDS] == list(ENTRY_POINTS)
+    readme = (REPO / "README.md").read_text()
+    listed = subprocess.run([sys.executable, "-m", "poad_jax"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
+    assert listed.returncode == 0 and listed.stdout.startswith("usage: python -m poad_jax <command>"), listed.stderr
+    for name, what, example in package_main.COMMANDS:
+        assert (REPO / "poad_jax" / f"{name}.py").is_file() or (REPO / "poad_jax" / name / "__main__.py").is_file()
+        assert re.search(rf"^  {name} +{re.escape(what)}$", listed.stdout, re.M) and example in listed.stdout
+        assert f"| `{name}` | {what.replace('--config.<field>=', '`--config.<field>=`')} |" in readme, name
+    dispatched = subprocess.run([sys.executable, "-m", "poad_jax", "study", "--help"], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=300)
+    assert dispatched.returncode == 0 and dispatched.stdout.startswith("usage: python -m poad_jax.study ")
+    unknown = subprocess.run([sys.executable, "-m", "poad_jax", "trian"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=60)
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "train, evaluate" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
 
 
 @pytest.mark.parametrize("bench", ["backups", "e2e"])  # an argparse benchmark and an absl one
