@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from poad_jax.run import config as config_lib
-from poad_jax.tools.study import report, scheduler, spec
+from poad_jax.tools.study import figures, report, scheduler, spec
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -215,11 +215,11 @@ def test_changed_cell_settings_are_refused_but_more_env_steps_resume(tmp_path):
 
 def test_smoothing_band_and_final_value_are_plain_formulas():
     values = np.array([1.0, np.nan, 3.0, 5.0])
-    np.testing.assert_allclose(report.smooth(values, 2), [1.0, 1.0, 3.0, 4.0])
+    np.testing.assert_allclose(figures.smooth(values, 2), [1.0, 1.0, 3.0, 4.0])
     records = [{"env_steps": 10 * (i + 1), "r": v} for i, v in enumerate([0.0, 1.0, None, 2.0, 4.0])]
     assert report.final_value(records, "r", fraction=0.3) == pytest.approx(3.0)  # steps 40, 50
     assert report.steps_to_threshold(records, "r", 1.5, window=1) == 40
-    steps, mean, std = report.band([(np.array([0.0, 1.0]), np.array([1.0, 3.0])),
+    steps, mean, std = figures.band([(np.array([0.0, 1.0]), np.array([1.0, 3.0])),
                                        (np.array([0.0, 1.0]), np.array([3.0, 5.0]))], window=1)
     np.testing.assert_allclose(mean, [2.0, 4.0])
     np.testing.assert_allclose(std, [1.0, 1.0])
@@ -250,7 +250,7 @@ def test_cells_train_seed_major_so_an_interrupted_study_covers_every_configurati
 
 def test_a_group_without_any_ended_episode_plots_an_empty_curve_rather_than_failing():
     no_episode_yet = np.array([np.nan, np.nan, np.nan, np.nan])
-    steps, mean, std = report.band([(np.array([32.0, 64.0, 96.0, 128.0]), no_episode_yet)] * 2, window=2)
+    steps, mean, std = figures.band([(np.array([32.0, 64.0, 96.0, 128.0]), no_episode_yet)] * 2, window=2)
     np.testing.assert_array_equal(steps, [32.0, 64.0, 96.0, 128.0])
     assert mean.shape == std.shape == (4,) and np.isnan(mean).all() and np.isnan(std).all()
 
@@ -442,7 +442,7 @@ def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
 
 
 def test_step_curves_per_update_share_mean_best_kl_entropy():
-    """`report.step_curves` against the hand computation: the share of an update's own env steps that
+    """`figures.step_curves` against the hand computation: the share of an update's own env steps that
     succeeded (updates of unequal size), the succeeded steps' mean reward (NaN where none), the best so
     far, KL and entropy passed through; a missing value is NaN, never 0."""
     rng = np.random.default_rng(4)
@@ -454,8 +454,8 @@ def test_step_curves_per_update_share_mean_best_kl_entropy():
                 "entropy": e, "best_step_reward": None if m is None else max(x for x in means[1:u + 1])}
                for u, (s, k, m, kl, e) in enumerate(zip(steps, counts, means, kls, entropies))]
     records[2].pop("entropy")
-    curves = report.step_curves(records)
-    assert set(curves) == set(report.STEP_PANELS)
+    curves = figures.step_curves(records)
+    assert set(curves) == set(figures.STEP_PANELS)
     for panel, (x, _) in curves.items():
         np.testing.assert_array_equal(x, steps, err_msg=panel)
     np.testing.assert_allclose(curves["share"][1], [0 / 8, 5 / 8, 3 / 16, 8 / 8])

@@ -1,4 +1,4 @@
-"""A study's report: aggregation over seeds, tables, plots and provenance."""
+"""A study's report: aggregation over seeds, tables and provenance; the figures are `figures`."""
 
 from __future__ import annotations
 
@@ -6,30 +6,15 @@ import dataclasses
 import importlib
 import math
 import pathlib
-import textwrap
-import warnings
 from typing import Any
 
 import numpy as np
 
 from poad_jax.tools.study.scheduler import (cell_finished, format_seconds, read_json, read_records, repo_commit,
                                              seed_major, this_machine)
+from poad_jax.tools.study.figures import plot_curves, plot_heatmap, plot_step_curves, smooth
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
-                                        reference_ranges, value_label)
-
-
-
-def smooth(values: np.ndarray, window: int) -> np.ndarray:
-    """Trailing moving average over up to `window` points, NaNs ignored (NaN if all are NaN)."""
-    if window <= 1:
-        return values.astype(float)
-    out = np.full(len(values), np.nan)
-    for i in range(len(values)):
-        chunk = values[max(0, i - window + 1): i + 1]
-        chunk = chunk[~np.isnan(chunk)]
-        if len(chunk):
-            out[i] = chunk.mean()
-    return out
+                                        reference_ranges)
 
 
 def curve(records: list[dict[str, Any]], metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -250,80 +235,6 @@ def step_outcome_table(study: Study, workdir: pathlib.Path) -> list[str]:
     return lines
 
 
-STEP_PANELS = ("share", "mean", "best", "approx_kl", "entropy")
-
-
-def step_curves(records: list[dict[str, Any]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per update u, at env step s_u (s_0 = 0), what a DataSciCoding user watches:
-
-        share_u = k_u / (s_u - s_{u-1})      (k_u = steps_succeeded_u: the programs that ran)
-        mean_u  = success_reward_mean_u      (their mean AUC; NaN when none ran)
-        best_u  = best_step_reward_u         (the best AUC so far, a running max the trainer keeps)
-        approx_kl_u, entropy_u               (as the learner logs them)
-
-    Missing values are NaN, so a curve shows gaps rather than zeros."""
-    def value(record: dict[str, Any], key: str) -> float:
-        x = record.get(key)
-        return float("nan") if x is None else float(x)
-
-    steps = np.array([float(r.get("env_steps") or 0) for r in records])
-    taken = np.diff(np.concatenate([[0.0], steps]))
-    counts = np.array([float(r.get("steps_succeeded") or 0) for r in records])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(taken > 0, counts / np.where(taken > 0, taken, 1.0), np.nan)
-    named = {"mean": "success_reward_mean", "best": "best_step_reward", "approx_kl": "approx_kl", "entropy": "entropy"}
-    curves = {"share": (steps, share)}
-    curves.update({panel: (steps, np.array([value(r, key) for r in records])) for panel, key in named.items()})
-    return curves
-
-
-def plot_step_curves(study: Study, workdir: pathlib.Path, path: pathlib.Path) -> bool:
-    """One figure of `STEP_PANELS` per env step (report option `steps`), one line per group with its
-    mean ± std band over the cells that have logged (running ones too); False when none has."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = study.report.get("steps") or {}
-    succeeded, reward = names.get("succeeded", "succeeded"), names.get("reward", "reward")
-    titles = {"share": f"share of steps {succeeded}", "mean": f"mean {reward} of {succeeded} steps",
-              "best": f"best {reward} so far", "approx_kl": "approx KL per update",
-              "entropy": "entropy per token"}
-    window = int(study.report.get("smoothing", 1))
-    groups: dict[tuple, list[dict[str, tuple[np.ndarray, np.ndarray]]]] = {}
-    for cell in grid(study):
-        records = read_records(workdir / "cells" / cell.name)
-        if records:
-            groups.setdefault(cell.group, []).append(step_curves(records))
-    if not groups:
-        return False
-    figure, axes = plt.subplots(1, len(STEP_PANELS), figsize=(3.6 * len(STEP_PANELS), 3.2), squeeze=False)
-    positive_kl = False  # a log axis needs a value above 0 (records without a learner have none)
-    for index, (group, cells) in enumerate(groups.items()):
-        label = f"{', '.join(l for _, l in group)} (n={len(cells)})"
-        for axis, panel in zip(axes[0], STEP_PANELS):
-            steps, mean, std = band([c[panel] for c in cells], 1 if panel == "best" else window)
-            positive_kl |= panel == "approx_kl" and bool(np.any(mean > 0))
-            axis.plot(steps, mean, color=f"C{index % 10}", label=label, linewidth=1.5)
-            axis.fill_between(steps, mean - std, mean + std, color=f"C{index % 10}", alpha=0.18, linewidth=0)
-    for axis, panel in zip(axes[0], STEP_PANELS):
-        axis.set_title(titles[panel], fontsize=10)
-        axis.set_xlabel("env steps")
-        axis.grid(alpha=0.3)
-        if panel == "approx_kl" and positive_kl:
-            axis.set_yscale("log")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 4),
-                  fontsize=8, frameon=False)
-    smoothing = f", moving average of {window} updates (best: none)" if window > 1 else ""
-    figure.suptitle(f"{study.name}: mean ± std over the cells that have logged{smoothing}", fontsize=10)
-    figure.tight_layout(rect=(0, 0, 1, 0.93))
-    figure.savefig(path, dpi=90, bbox_inches="tight")
-    plt.close(figure)
-    return True
-
-
 def episode_successes(records: list[dict[str, Any]]) -> tuple[int, int]:
     """Successful and counted episodes of a run, from its per-update success rates:
 
@@ -437,26 +348,6 @@ def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
     return lines if rows else []
 
 
-def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean and std over seeds of the smoothed curves, on the first seed's env-step grid
-    (others interpolated onto it)."""
-    grid_steps = max((c[0] for c in curves), key=len)
-    stacked = []
-    for steps, values in curves:
-        smoothed = smooth(values, window)
-        valid = ~np.isnan(smoothed)
-        if valid.sum() == 0:
-            continue
-        stacked.append(np.interp(grid_steps, steps[valid], smoothed[valid], left=np.nan, right=np.nan))
-    if not stacked:  # no seed has a value yet (e.g. no episode has ended): an empty curve, not a crash
-        empty = np.full(len(grid_steps), np.nan)
-        return grid_steps, empty, empty
-    stacked = np.array(stacked)
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns before a seed's first episode
-        return grid_steps, np.nanmean(stacked, axis=0), np.nanstd(stacked, axis=0)
-
-
 def _number(x: float) -> str:
     """A table cell: three decimals, or "-" for NaN."""
     return "-" if math.isnan(x) else f"{x:.3f}"
@@ -466,114 +357,6 @@ def _fmt(mean: float, std: float, count: int) -> str:
     if count == 0 or math.isnan(mean):
         return "-"
     return f"{mean:.3f} ± {std:.3f}"
-
-
-def plot_curves(study: Study, results: list[GroupResult], path: pathlib.Path, which: str = "return") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    window = int(study.report.get("smoothing", 1))
-    facet = study.report.get("facet")
-    reference_label, reference = reference_ranges(study)
-    facet_values = []
-    for result in results:
-        key = dict(result.group).get(facet) if facet else None
-        if key not in facet_values:
-            facet_values.append(key)
-    columns = min(len(facet_values), 4)
-    rows = math.ceil(len(facet_values) / columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(max(4.2 * columns, 6.4), 3.2 * rows), squeeze=False, sharey=True)
-    colours = {}
-    for index, key in enumerate(facet_values):
-        axis = axes[index // columns][index % columns]
-        for result in results:
-            if facet and dict(result.group).get(facet) != key:
-                continue
-            curves = result.curves if which == "return" else result.success_curves
-            if not curves:
-                continue
-            label = ", ".join(l for a, l in result.group if a != facet)
-            colour = colours.setdefault(label, f"C{len(colours) % 10}")
-            steps, mean, std = band(curves, window)
-            axis.plot(steps, mean, color=colour, label=f"{label} (n={len(curves)})", linewidth=1.5)
-            axis.fill_between(steps, mean - std, mean + std, color=colour, alpha=0.18, linewidth=0)
-            if which == "return" and result.theory is not None:
-                axis.axhline(result.theory, color=colour, linestyle=":", linewidth=1)
-            if which == "return" and result.label in reference:
-                low, high = reference[result.label]
-                axis.axhspan(low, high, color=colour, alpha=0.08, linewidth=0)
-                for level in {low, high}:
-                    axis.axhline(level, color=colour, linestyle="--", linewidth=0.8)
-        axis.set_title(key if key else study.name, fontsize=10)
-        axis.set_xlabel("env steps")
-        axis.grid(alpha=0.3)
-    for index in range(len(facet_values), rows * columns):
-        axes[index // columns][index % columns].axis("off")
-    axes[0][0].set_ylabel(study.report.get("metric", "episode_return") if which == "return" else "success rate")
-    seen = {}  # one legend entry per group, across facets
-    for row in axes:
-        for axis in row:
-            for handle, label in zip(*axis.get_legend_handles_labels()):
-                seen.setdefault(label, handle)
-    columns_fit = max(1, int(figure.get_figwidth() * 12 / max(len(label) + 6 for label in seen)))  # ~12 chars/inch
-    legend_columns = max(1, min(len(seen), 4, columns_fit))
-    # Below the axes, outside the figure: the saved image grows to hold it (bbox_inches="tight").
-    figure.legend(list(seen.values()), list(seen.keys()), loc="upper center", bbox_to_anchor=(0.5, 0.0),
-                  ncol=legend_columns, fontsize=8, frameon=False)
-    subtitle = f"mean ± std over seeds, moving average of {window} updates" if window > 1 else "mean ± std over seeds"
-    if which == "return" and any(r.theory is not None for r in results):
-        subtitle += "; dotted: optimum under the method's discount"
-    if which == "return" and any(r.label in reference for r in results):
-        subtitle += f"; dashed: {reference_label}"
-    title_width = max(40, int(figure.get_figwidth() * 11))  # characters of a 10-point line across the figure
-    figure.suptitle(textwrap.fill(f"{study.name}: {subtitle}", width=title_width), fontsize=10)  # never clipped
-    figure.tight_layout(rect=(0, 0, 1, 0.95))
-    figure.savefig(path, dpi=90, bbox_inches="tight")
-    plt.close(figure)
-
-
-def plot_heatmap(study: Study, results: list[GroupResult], path: pathlib.Path) -> None:
-    """Final return over two axes (`report.heatmap = (row_axis, column_axis)`), beside the theory's."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    row_axis, column_axis = study.report["heatmap"]
-    row_labels = [value_label(row_axis, v) for v in study.axes[row_axis]]
-    column_labels = [value_label(column_axis, v) for v in study.axes[column_axis]]
-    measured = np.full((len(row_labels), len(column_labels)), np.nan)
-    predicted = np.full_like(measured, np.nan)
-    for result in results:
-        labels = dict(result.group)
-        i, j = row_labels.index(labels[row_axis]), column_labels.index(labels[column_axis])
-        measured[i, j] = result.final_return[0]
-        predicted[i, j] = np.nan if result.theory is None else result.theory
-    panels = [("measured final return (mean over seeds)", measured)]
-    if not np.isnan(predicted).all():
-        panels.append(("optimum under the method's discount", predicted))
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels) + 1.6, 0.5 * len(row_labels) + 2.2),
-                                squeeze=False)
-    short = [label.split("=", 1)[-1] for label in column_labels]  # "action_length=8" -> "8"
-    finite = np.concatenate([p[~np.isnan(p)] for _, p in panels])
-    low, high = (float(finite.min()), float(finite.max())) if len(finite) else (0.0, 1.0)
-    for index, (axis, (title, table)) in enumerate(zip(axes[0], panels)):
-        image = axis.imshow(table, cmap="viridis", vmin=low, vmax=high, aspect="auto")
-        axis.set_xticks(range(len(short)), short, fontsize=8)
-        axis.set_xlabel(column_axis.split(".")[-1], fontsize=9)
-        axis.set_yticks(range(len(row_labels)), row_labels if index == 0 else [], fontsize=8)
-        for i in range(table.shape[0]):
-            for j in range(table.shape[1]):
-                if not np.isnan(table[i, j]):
-                    axis.text(j, i, f"{table[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                              color="white" if table[i, j] < (low + high) / 2 else "black")
-        axis.set_title(title, fontsize=9)
-    figure.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
-    figure.suptitle(study.name, fontsize=10)
-    figure.savefig(path, dpi=90, bbox_inches="tight")
-    plt.close(figure)
 
 
 def _commits_line(study: Study, workdir: pathlib.Path) -> str:
