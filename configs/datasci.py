@@ -54,4 +54,5 @@ def get_config():
     # several threads share is prefilled once (fewer FLOPs, no measurable time: decoding is the sampler's cost).
     config.prefix_packing = True
     config.sampling.share_prompts = True
+    config.log_actions = True  # actions.jsonl: every program written, its error or AUC (about 2 kB an env step)
     return config

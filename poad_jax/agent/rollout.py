@@ -223,10 +223,10 @@ class RolloutCollector:
         """Runs `rollout_length` steps of every thread with the sampler's current
         weights (`Sampler.set_lora` after each update).
 
-        After each vector step, `on_results(results, first_env_step)` sees the
-        env's StepResults (local thread b's step is env step
-        `first_env_step + b + 1`; the trainer keeps the best program from
-        them) and `on_step(num_new_env_steps)` is called (progress bars; the
+        After each vector step, `on_results(results, first_env_step, actions)`
+        sees the env's StepResults and the action texts that made them (local
+        thread b's step is env step `first_env_step + b + 1`; the trainer keeps
+        the best program from them and logs them with `log_actions`) and `on_step(num_new_env_steps)` is called (progress bars; the
         run's new steps, all processes').  Returns records[t][b] (b: this
         process's threads) and the prompts of each thread's next observation.
         """
@@ -238,7 +238,8 @@ class RolloutCollector:
             records = self._act(prompts, step_rng)
             self.timings["sampling"] += time.perf_counter() - start
             start = time.perf_counter()
-            results = self.envs.step([self._action_text(r) for r in records])
+            actions = [self._action_text(r) for r in records]
+            results = self.envs.step(actions)
             self.timings["env"] += time.perf_counter() - start
             first_step = self.env_steps + self.thread_offset
             for b, (record, result) in enumerate(zip(records, results)):
@@ -249,7 +250,7 @@ class RolloutCollector:
             self.env_steps += self.total_threads
             steps.append(records)
             if on_results is not None:
-                on_results(results, first_step)
+                on_results(results, first_step, actions)
             if on_step is not None:
                 on_step(self.total_threads)
         next_prompts = [self.render(obs) for obs in self.observations]

@@ -48,6 +48,7 @@ from poad_jax.run import checkpoint as checkpoint_lib
 from poad_jax.run import hardware
 from poad_jax.run import metrics as run_logging
 from poad_jax.run import rundir
+from poad_jax.run.action_log import ActionLog
 from poad_jax.run.build import Built, build, placement_of
 from poad_jax.run.config import TrainError, one_line, validate
 from poad_jax.run.progress import NoProgress, RunProgress
@@ -129,10 +130,12 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
                                        write=placement.primary)
     keeper = best_lib.BestProgramKeeper(workdir, str(config.env.name), dict(config.env.kwargs)) if placement.primary \
         else _NoBestProgram()
+    action_log = ActionLog(workdir, write=bool(config.log_actions) and placement.primary)
     total, progress = int(config.total_env_steps), NoProgress()
     try:
         state, rollout_rng, records = restore(checkpointer, state, collector, envs, logger, placement, seeds.rollout,
                                               workdir, say=print if show_progress else None)
+        action_log.truncate_after(int(state.update_step))  # a killed run's update in flight is run again
         target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
         if collector.env_steps < total and placement.primary:
             (workdir / rundir.FINISHED_FILE).unlink(missing_ok=True)
@@ -152,8 +155,9 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
             def on_step(new_steps):
                 progress.advance(new_steps, run_logging.progress_postfix(run_episodes.state_dict(), last_kl))
 
-            def on_results(results, first_env_step):
+            def on_results(results, first_env_step, actions):
                 keeper.offer(results, first_env_step, update_in_flight)
+                action_log.append(update_in_flight, first_env_step, actions, results)
 
             sampler.set_lora(hosts.local_copy(state.params["actor"]))
             steps, next_prompts = collector.collect(placement.rollout_key(collect_rng), on_step, on_results)

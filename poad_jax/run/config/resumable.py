@@ -15,6 +15,7 @@ RESUMABLE_FIELDS = {
     "total_env_steps": "length",
     "tensorboard": "outputs",
     "plot": "outputs",
+    "log_actions": "outputs",
     "checkpoint_every": "checkpoints",
     "keep_checkpoints": "checkpoints",
     "name": "label",

@@ -264,6 +264,8 @@ class Run:
         at_least(1, "a run without a checkpoint can be neither resumed nor exported"))
     tensorboard: bool = setting(True, "write TensorBoard event files")
     plot: bool = setting(True, "plot the learning curves at the end")
+    log_actions: bool = setting(
+        False, "write every env step's action text, reward and env info to actions.jsonl (e.g. the programs)")
 
 
 def default_config() -> ml_collections.ConfigDict:
