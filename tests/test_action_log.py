@@ -76,3 +76,18 @@ def test_off_by_default_and_turning_it_on_resumes(tmp_path):
     assert refused == []
     train.run(toy_config(2), workdir, show_progress=False)  # the second update is logged from here on
     assert [line["update"] for line in action_log.read_actions(workdir)] == [2] * STEPS_PER_UPDATE
+
+
+def test_truncation_runs_with_logging_off_and_never_on_another_process(tmp_path):
+    """A run resumed with logging off still drops a killed update's lines (a later run may turn it on
+    again); a process other than 0 neither writes nor rewrites the file."""
+    results = [StepResult(Observation("o"), 1.0, True, {})]
+    on = action_log.ActionLog(tmp_path, enabled=True)
+    for update in (1, 2, 3):
+        on.append(update, update - 1, ["a"], results)
+    action_log.ActionLog(tmp_path, enabled=True, primary=False).truncate_after(1)
+    action_log.ActionLog(tmp_path, enabled=True, primary=False).append(4, 3, ["b"], results)
+    assert [line["update"] for line in action_log.read_actions(tmp_path)] == [1, 2, 3]
+    action_log.ActionLog(tmp_path, enabled=False).truncate_after(2)
+    action_log.ActionLog(tmp_path, enabled=False).append(3, 2, ["c"], results)
+    assert [line["update"] for line in action_log.read_actions(tmp_path)] == [1, 2]

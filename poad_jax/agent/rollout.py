@@ -226,7 +226,8 @@ class RolloutCollector:
         After each vector step, `on_results(results, first_env_step, actions)`
         sees the env's StepResults and the action texts that made them (local
         thread b's step is env step `first_env_step + b + 1`; the trainer keeps
-        the best program from them and logs them with `log_actions`) and `on_step(num_new_env_steps)` is called (progress bars; the
+        the best program from them and logs them with `log_actions`) and
+        `on_step(num_new_env_steps)` is called (progress bars; the
         run's new steps, all processes').  Returns records[t][b] (b: this
         process's threads) and the prompts of each thread's next observation.
         """

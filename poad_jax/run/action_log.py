@@ -45,23 +45,24 @@ def action_lines(update: int, first_env_step: int, actions: Sequence[str], resul
 
 
 class ActionLog:
-    """Appends `action_lines` to `<workdir>/actions.jsonl`; `write=False` writes nothing (logging
-    off, or a process other than 0)."""
+    """Appends `action_lines` to `<workdir>/actions.jsonl` when `enabled`; a process other than 0
+    (`primary=False`) touches nothing."""
 
-    def __init__(self, workdir: str | pathlib.Path, write: bool):
+    def __init__(self, workdir: str | pathlib.Path, enabled: bool, primary: bool = True):
         self.path = pathlib.Path(workdir) / ACTIONS_FILE
-        self.write = write
+        self.enabled, self.primary = enabled, primary
 
     def append(self, update: int, first_env_step: int, actions: Sequence[str], results: Iterable[Any]) -> None:
-        if not self.write:
+        if not (self.enabled and self.primary):
             return
         with open(self.path, "a") as f:
             for line in action_lines(update, first_env_step, actions, results):
                 f.write(json.dumps(line) + "\n")
 
     def truncate_after(self, update: int) -> None:
-        """Drops the lines of updates > `update` (a killed run's update in flight), atomically."""
-        if not self.write or not self.path.exists():
+        """Drops the lines of updates > `update` (a killed run's update in flight), atomically; also
+        with logging off, so that a later run that turns it on again repeats no env step."""
+        if not self.primary or not self.path.exists():
             return
         lines = self.path.read_text().splitlines()
         kept = [line for line in lines if line.strip() and _update_of(line) <= update]

@@ -130,7 +130,7 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
                                        write=placement.primary)
     keeper = best_lib.BestProgramKeeper(workdir, str(config.env.name), dict(config.env.kwargs)) if placement.primary \
         else _NoBestProgram()
-    action_log = ActionLog(workdir, write=bool(config.log_actions) and placement.primary)
+    action_log = ActionLog(workdir, enabled=bool(config.log_actions), primary=placement.primary)
     total, progress = int(config.total_env_steps), NoProgress()
     try:
         state, rollout_rng, records = restore(checkpointer, state, collector, envs, logger, placement, seeds.rollout,
