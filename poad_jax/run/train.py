@@ -49,7 +49,7 @@ from poad_jax.run import hardware
 from poad_jax.run import metrics as run_logging
 from poad_jax.run import rundir
 from poad_jax.run.action_log import ActionLog
-from poad_jax.run.build import Built, build, placement_of
+from poad_jax.run.build import Built, Placement, build, placement_of
 from poad_jax.run.config import TrainError, one_line, validate
 from poad_jax.run.progress import NoProgress, RunProgress
 from poad_jax.run.resume import checkpoint_meta, restore, run_stats
@@ -108,16 +108,22 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
         envs.close()
 
 
+def describe_placement(config: ml_collections.ConfigDict, placement: Placement) -> None:
+    """Prints the devices a run uses when they are more than one (and that packing is off there)."""
+    if placement.describe():
+        print(placement.describe())
+        if config.prefix_packing:
+            print("prefix_packing is off on a mesh: each device runs its rows as they are")
+
+
 def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, built: Built, envs: envs_py.VectorEnv,
           show_progress: bool = True, max_updates: int | None = None) -> RunResult:
     """The outer loop, from the last checkpoint (if any) to `total_env_steps`: each update
     collects a rollout with the current actor, packs it into a TokenBatch with the behaviour
     statistics, runs one compiled PPO update, logs the record and saves a checkpoint."""
     placement, method, rconfig, seeds = built.placement, built.method, built.rollout, built.seeds
-    if show_progress and placement.describe():
-        print(placement.describe())
-        if config.prefix_packing:
-            print("prefix_packing is off on a mesh: each device runs its rows as they are")
+    if show_progress:
+        describe_placement(config, placement)
     update_fn, update_compiles, state = placement.learner(built.graph, method, built.learner, built.params, seeds.learner)
     sampler = placement.sampler(built.graph, built.frozen, built.params, rconfig.prompt_buckets)
     collector = RolloutCollector(envs, built.tokenizer, sampler, method, rconfig, seed=seeds.numpy)
