@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Copies the paper-task studies' small per-cell files (metrics.jsonl, config.json,
-# cell.json, finished.json, a COPIED_FROM note, and DataSciCoding's best program) and each
+# cell.json, finished.json, a COPIED_FROM note, DataSciCoding's best program, and the
+# logged actions as actions.jsonl.gz) and each
 # study.json into docs/results/raw/ (a cell reused from a sibling study gets a
 # REUSED note instead), so the numbers in docs/results.md survive a lost
 # machine. Checkpoints are not copied.
@@ -28,6 +29,8 @@ for study_dir in "$runs"/*/; do
     for name in metrics.jsonl config.json cell.json finished.json best_program.json best_program.py COPIED_FROM; do
       [ -f "$cell_dir/$name" ] && cp "$cell_dir/$name" "$target/"
     done
+    # The actions a run logged (log_actions), compressed: about 2 kB per DataSciCoding env step as text.
+    [ -f "$cell_dir/actions.jsonl" ] && gzip -9 -n -c "$cell_dir/actions.jsonl" > "$target/actions.jsonl.gz"
   done
   echo "$study: $(ls -d "$dest/$study"/*/ 2>/dev/null | wc -l) cells copied"
 done

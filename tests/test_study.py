@@ -24,6 +24,7 @@ import time
 import numpy as np
 import pytest
 
+from poad_jax.run import action_log
 from poad_jax.run import config as config_lib
 from poad_jax.tools.study import figures, report, scheduler, spec
 
@@ -626,6 +627,7 @@ def test_the_snapshot_script_copies_a_studys_small_files_to_the_destination_it_i
     (runs / "grid" / "study.json").write_text('{"identity": "grid"}')
     for name in ("metrics.jsonl", "config.json", "cell.json", "finished.json", "train.log"):
         (cell / name).write_text(name)
+    (cell / "actions.jsonl").write_text('{"update": 1, "env_step": 1, "action": "walk"}\n')
     (runs / "other" / "cells" / "NTPO__seed=0").mkdir(parents=True)
     (runs / "other" / "cells" / "NTPO__seed=0" / "metrics.jsonl").write_text("{}")
     (runs / "grid" / "cells" / "NTPO__seed=0").symlink_to(runs / "other" / "cells" / "NTPO__seed=0")
@@ -633,7 +635,9 @@ def test_the_snapshot_script_copies_a_studys_small_files_to_the_destination_it_i
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     copied = dest / "grid" / "POAD__seed=0"
-    assert sorted(p.name for p in copied.iterdir()) == ["cell.json", "config.json", "finished.json", "metrics.jsonl"]
+    assert sorted(p.name for p in copied.iterdir()) == ["actions.jsonl.gz", "cell.json", "config.json", "finished.json",
+                                                        "metrics.jsonl"]
+    assert action_log.read_actions(copied) == [{"update": 1, "env_step": 1, "action": "walk"}]  # read back, gzipped
     assert (copied / "metrics.jsonl").read_text() == "metrics.jsonl"
     assert (dest / "grid" / "study.json").read_text() == '{"identity": "grid"}'
     assert (dest / "grid" / "NTPO__seed=0" / "REUSED").read_text().startswith("reused: ")

@@ -10,6 +10,7 @@ its checkpoint, so no env step is logged twice.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import pathlib
@@ -81,8 +82,14 @@ def _update_of(line: str) -> int:
 
 
 def read_actions(workdir: str | pathlib.Path) -> list[dict]:
-    """Every line of a run directory's `actions.jsonl` ([] without one)."""
+    """Every line of a run directory's `actions.jsonl`, or of the `actions.jsonl.gz` a raw snapshot
+    keeps (scripts/snapshot_studies.sh); [] without either."""
     path = pathlib.Path(workdir) / ACTIONS_FILE
-    if not path.exists():
+    packed = path.with_name(ACTIONS_FILE + ".gz")
+    if path.exists():
+        text = path.read_text()
+    elif packed.exists():
+        text = gzip.decompress(packed.read_bytes()).decode("utf-8")
+    else:
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
