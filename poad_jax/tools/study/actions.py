@@ -8,37 +8,35 @@ from __future__ import annotations
 
 import collections
 import pathlib
-import re
 from typing import Any
 
 import numpy as np
 
+from poad_jax.agent.episodes import failure_kind
 from poad_jax.run.action_log import read_actions
 from poad_jax.tools.study.scheduler import seed_major
 from poad_jax.tools.study.spec import Study, grid
 
-ERROR_NAME = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b")
 SHOWN_LINES = 30  # an example action longer than this is cut in the report
 
 
 def error_kind(error: str | None) -> str:
-    """The exception's name of an error text (its last line naming one, as a traceback ends), else its
-    first line cut to 60 characters; "" for no error."""
+    """The exception's name of an error text, as the run's metrics count it (`episodes.failure_kind`:
+    the last line naming one, as a traceback ends); where none is named, the text's first line cut to
+    60 characters instead of "other"; "" for no error."""
     if not error:
         return ""
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    for line in reversed(lines):
-        named = ERROR_NAME.match(line)
-        if named:
-            return named.group(1)
-    return lines[0].strip()[:60] if lines else ""
+    kind = failure_kind(str(error))
+    if kind != "other":
+        return kind
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0][:60] if lines else ""
 
 
 def succeeded(line: dict[str, Any]) -> bool:
-    """Whether an env step succeeded: its info's `success` (DataSciCoding: the program ran), else a
-    positive reward."""
-    info = line.get("info") or {}
-    return bool(info["success"]) if "success" in info else (line.get("reward") or 0.0) > 0.0
+    """Whether an env step succeeded, as the run's metrics count it (`steps_succeeded`): its info's
+    `success` (DataSciCoding: the program ran)."""
+    return bool((line.get("info") or {}).get("success", False))
 
 
 def windows(lines: list[dict[str, Any]], fraction: float) -> tuple[list[dict], list[dict]]:
