@@ -36,6 +36,11 @@ export XLA_FLAGS=${XLA_FLAGS:---xla_gpu_autotune_level=0}
 # name:workers of each study `start` runs; issue 40's VirtualHome studies (docs/results.md) e.g.:
 #   STUDIES="virtualhome_preset_8steps:9 virtualhome_options:11:1" ... start   (name:workers[:seeds])
 STUDIES=${STUDIES:-"overcooked_paper:3 virtualhome_paper:9 virtualhome_paper_chosen_lr:9"}
+# Finished cells from earlier passes, as "study=dir,dir ..." (dirs in the tracked tree, e.g. raw
+# snapshots): `start` copies each dir's cells into $RUNS/<study>/cells and lets the studies reuse
+# finished cells with the same config (study C reuses study B's seeds 0-2), e.g.
+#   PRIOR_CELLS="virtualhome_options=docs/results/raw/h200_2026-11-26/virtualhome_options_seed0,..."
+PRIOR_CELLS=${PRIOR_CELLS:-}
 
 setup() {
   mkdir -p "$SITE" "$PARTS"
@@ -90,11 +95,19 @@ start() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$RUNS/machine.txt"
   echo "$(nproc) CPU cores" >> "$RUNS/machine.txt"
   echo "${COMMIT:-unknown}" > "$RUNS/commit"  # the device's copy may carry a stale .git: the caller names it
+  local reuse=--no-reuse prior study dirs dir
+  for prior in $PRIOR_CELLS; do
+    IFS== read -r study dirs <<< "$prior"
+    mkdir -p "$RUNS/$study/cells"
+    for dir in ${dirs//,/ }; do cp -r "$dir"/*__seed=* "$RUNS/$study/cells/"; done
+    echo "prior cells of $study: $(ls "$RUNS/$study/cells" | wc -l)"
+    reuse=
+  done
   for entry in $STUDIES; do  # name:workers or name:workers:seeds (e.g. virtualhome_options:11:1 runs seed 1)
     local name workers seeds
     IFS=: read -r name workers seeds <<< "$entry"
     setsid nohup python3 -m poad_jax.study --study=studies/$name.py --workdir="$RUNS/$name" \
-      --workers=$workers --no-reuse ${seeds:+--seeds=$seeds} > "$RUNS/$name.log" 2>&1 < /dev/null &
+      --workers=$workers $reuse ${seeds:+--seeds=$seeds} > "$RUNS/$name.log" 2>&1 < /dev/null &
     echo "started $name ($workers workers${seeds:+, seeds $seeds})"
   done
 }
