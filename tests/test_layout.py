@@ -18,6 +18,7 @@ from poad_jax.core.layout import (
     positions_from_mask,
     prompt_buckets,
 )
+from poad_jax.agent.rollout import ended_where_prefixes
 from poad_jax.sampling import build_action_tries
 
 
@@ -94,3 +95,21 @@ def test_trie_errors_are_one_line():
         assert "\n" not in str(info.value)
     nodes = action_trie([[1], [1, 2]], end_token_id=9)  # a prefix action ends on the end token
     assert sorted(nodes[1][0]) == [2, 9]
+
+
+def test_actions_that_prefix_others_all_end_on_the_end_token_and_then_build_a_trie():
+    """A rollout's candidates for a token-level method: where one action's ids are a strict prefix of
+    another's ("walk to the pan" / "walk to the pancake" under a tokenizer that splits " pan" "cake"),
+    every action gains the end token, the trie builds and offers "end here" where the short one ends."""
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        candidates = [[int(t) for t in rng.integers(1, 4, size=rng.integers(1, 4))] for _ in range(rng.integers(1, 6))]
+        has_prefix = any(a != b and b[: len(a)] == a for a in candidates for b in candidates)
+        got = ended_where_prefixes(candidates, 9)
+        if has_prefix:
+            assert got == [c + [9] for c in candidates]
+            tokens, mask = allowed_next_tokens(got[0], got, action_len=5, width=8)
+            assert tokens[len(candidates[0])][mask[len(candidates[0])]].tolist().count(9) == 1
+        else:
+            assert got == candidates  # identical candidates are not prefixes: unchanged
+        build_action_tries([got], batch=1, end_token_id=None)

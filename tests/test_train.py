@@ -248,3 +248,18 @@ def test_bfloat16_matmuls_run_every_method(tmp_path, method):
     assert record["compiles_learner"] == 1
     for key in ("policy_loss", "value_loss", "entropy", "approx_kl"):
         assert np.isfinite(record[key]), key
+
+
+def test_virtualhome_runs_on_a_tokenizer_whose_actions_prefix_each_other(tmp_path):
+    """tiny-random's small vocabulary splits VirtualHome's actions so that some prefix others
+    ("... pan" / "... pancake"); the token-level methods then end every action on the EOS token
+    (`rollout.ended_where_prefixes`; NTPO shares the token-level path) instead of failing in the trie
+    builder."""
+    config = config_lib.load_config_file(REPO / "configs" / "virtualhome.py")
+    config.method = "poad"
+    config.model = "tiny-random"
+    config.num_threads, config.rollout_length = 2, 4
+    config.total_env_steps = 8
+    config.tensorboard = config.plot = False
+    record = train.run(config, tmp_path / "run", show_progress=False).records[-1]
+    assert record["env_steps"] == 8 and np.isfinite(record["policy_loss"])

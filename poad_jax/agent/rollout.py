@@ -165,7 +165,10 @@ class RolloutCollector:
 
     def _candidate_tokens(self, observation: Observation) -> list[list[int]]:
         prefix = self.render.action_prefix
-        return [list(self.tokenizer.encode(prefix + action)) for action in observation.actions]
+        encoded = [list(self.tokenizer.encode(prefix + action)) for action in observation.actions]
+        if not self.method.scheme.token_level:
+            return encoded  # TWOSOME scores whole candidates: a prefix is just a shorter candidate
+        return ended_where_prefixes(encoded, int(self.tokenizer.eos_token_ids[0]))
 
     def _act(self, prompts: list[list[int]], rng: jax.Array) -> list[StepRecord]:
         observations = self.observations
@@ -256,6 +259,21 @@ class RolloutCollector:
                 on_step(self.total_threads)
         next_prompts = [self.render(obs) for obs in self.observations]
         return steps, next_prompts
+
+
+def ended_where_prefixes(candidates: list[list[int]], end_id: int) -> list[list[int]]:
+    """`candidates` (token ids of one observation's actions), every one followed by `end_id` when
+    one's ids are a strict prefix of another's; unchanged otherwise.
+
+    A token-level policy chooses an action token by token, so where "walk to the pan" is a prefix
+    of "walk to the pancake" (a tokenizer that splits " pan" + "cake"), stopping after " pan" must
+    be a token too: the end token is then each action's last token, which the trie offers, the
+    sampler draws and the learner scores like any other (identical candidates are not prefixes).
+    """
+    proper_prefixes = {tuple(c[:j]) for c in candidates for j in range(1, len(c))}
+    if not any(tuple(c) in proper_prefixes for c in candidates):
+        return candidates
+    return [c + [end_id] for c in candidates]
 
 
 def prefix_token_logprobs(candidates: list[list[int]], probs: np.ndarray, chosen: int) -> list[float]:
