@@ -13,6 +13,7 @@
 #   bash scripts/gpu_paper_studies.sh smoke          # two toy runs at once on the GPU (MPS if it starts)
 #   COMMIT=<hash> bash scripts/gpu_paper_studies.sh start   # the studies, detached (setsid): they outlive the call
 #   bash scripts/gpu_paper_studies.sh watch SECONDS  # progress each minute, then results to $OUT
+#   bash scripts/gpu_paper_studies.sh evaluate STUDY # each finished cell's token policy (evaluate --policy=token)
 #
 # `start` runs studies/overcooked_paper.py (3 cells, 40,000 env steps), studies/virtualhome_paper.py
 # and studies/virtualhome_paper_chosen_lr.py (9 cells each, 6,000 env steps), every cell its own
@@ -141,10 +142,25 @@ watch() {
   fi
 }
 
+evaluate_token_policy() {  # every cell with checkpoints here, at once: the learned policy, not the behaviour
+  local cell
+  for cell in "$RUNS/$1"/cells/*/; do
+    [ -d "$cell/checkpoints" ] || continue
+    python3 -m poad_jax.evaluate --workdir="$cell" --policy=token --mode=sampled --episodes="${EPISODES:-20}" \
+      > "$cell/evaluate.log" 2>&1 &
+  done
+  wait
+  for cell in "$RUNS/$1"/cells/*/; do
+    [ -f "$cell/evaluation.txt" ] && echo "$(basename "$cell") $(tail -n +3 "$cell/evaluation.txt")"
+  done
+  true  # then `watch 0` packs the evaluation.txt files with the rest
+}
+
 case "${1:-}" in
   setup) setup ;;
   smoke) smoke ;;
   start) start ;;
   watch) watch "${2:-60}" ;;
-  *) echo "usage: bash scripts/gpu_paper_studies.sh setup|smoke|start|watch SECONDS" >&2; exit 2 ;;
+  evaluate) evaluate_token_policy "${2:?evaluate needs a study name}" ;;
+  *) echo "usage: bash scripts/gpu_paper_studies.sh setup|smoke|start|watch SECONDS|evaluate STUDY" >&2; exit 2 ;;
 esac

@@ -25,6 +25,12 @@ cell of this study ran; no setting changes after a cell has run):
   success and to a success rate of 0.5 over 16 episodes, successful episodes
   with Wilson intervals, KL / entropy / explained-variance dynamics, figures.
   The README's VirtualHome headline states this study's result, whatever it is.
+- Also measured where the machine still holds the checkpoints (the cells
+  trained in this pass): POAD's and NTPO's behaviour here is the action
+  scores' softmax, not the token policy PPO improves, so each such cell's
+  token policy plays 20 episodes (`python -m poad_jax.evaluate
+  --policy=token --mode=sampled`; `bash scripts/gpu_paper_studies.sh
+  evaluate virtualhome_compare`), reported beside the training success.
 
 Cells to run: POAD seeds 3-4, TWOSOME seeds 3-4, NTPO seeds 0-4 (9 cells: one
 lent-GPU budget, `STUDIES="virtualhome_compare:9"` with B's cells beside).

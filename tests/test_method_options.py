@@ -289,6 +289,45 @@ def test_trie_exploration_records_the_log_probs_of_the_temperature_it_draws_at()
             np.testing.assert_allclose(record.behaviour_logprobs[j], expected, rtol=1e-4, atol=1e-4)
 
 
+def test_greedy_play_of_an_exploring_run_is_greedy_and_the_token_policy_drops_the_behaviour():
+    """Evaluating an exploring run greedily (sampling temperature 0) picks the most likely offered token
+    at each step, as without exploration; `evaluate.policy_config(config, "token")` plays the trie at the
+    run's temperature with neither exploration nor action scores, and changes nothing for TWOSOME."""
+    from poad_jax.agent.rollout import RolloutCollector, merged_actor
+    from poad_jax.agent.methods import make_method
+    from poad_jax.core.policy import ValueHead, split_policy
+    from poad_jax.models.tiny import tiny_random_model
+    from poad_jax.sampling import Sampler
+    from poad_jax.tools import evaluate
+    from flax import nnx
+    import envs_py
+
+    model, tokenizer = tiny_random_model(seed=0)
+    graph, frozen, params = split_policy(model, ValueHead(model.config.hidden_size, (8,), rngs=nnx.Rngs(1)))
+    actor = merged_actor(graph, frozen, params)
+    chosen = []
+    for explore in (0.0, 3.0):
+        base = config_lib.rollout_config(num_threads=8, rollout_length=1, prompt_format="raw")
+        config = dataclasses.replace(base, trie_explore_temperature=explore,
+                                     sampling=dataclasses.replace(base.sampling, temperature=0.0))
+        envs = envs_py.VectorEnv("toy/decisive_token", 8, seed=0, horizon=2, num_colours=3, rewarded="blue")
+        collector = RolloutCollector(envs, tokenizer, Sampler(actor), make_method("poad", 0.95), config, seed=0)
+        chosen.append([r.action_tokens for r in collector.collect(jax.random.key(explore == 0))[0][0]])
+    assert chosen[0] == chosen[1]
+
+    run = restricted_config(behaviour_correction="importance")
+    run.restricted_sampling = "action_scores"
+    assert evaluate.policies_differ(run)
+    token = evaluate.policy_config(run, "token")
+    assert (token.restricted_sampling, token.trie_explore_temperature) == ("trie", 0.0)
+    assert run.restricted_sampling == "action_scores"  # the run's config is not changed
+    assert evaluate.policy_config(run, "behaviour") is run
+    run.restricted_sampling, run.trie_explore_temperature = "trie", 2.0
+    assert evaluate.policies_differ(run)
+    run.method, run.trie_explore_temperature, run.ppo.behaviour_correction = "twosome", 0.0, "none"
+    assert not evaluate.policies_differ(run)
+
+
 @pytest.mark.parametrize("override, message", [
     ({"method": "twosome", "ppo.behaviour_correction": "importance"}, "is for poad or ntpo"),
     ({"ppo.behaviour_correction": "importance", "behaviour_logprobs": "sampler"}, "needs behaviour_logprobs='recompute'"),

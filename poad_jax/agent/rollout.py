@@ -204,10 +204,10 @@ class RolloutCollector:
                     record.behaviour_logprobs = prefix_token_logprobs(cands, probs / probs.sum(), choice)
                 records.append(record)
             return records
-        explore = float(self.config.trie_explore_temperature)
-        generation = self.sampler.generate_constrained(
-            prompts, candidates, rng, temperature=explore if explore > 0 else self.config.sampling.temperature
-        )
+        temperature = float(self.config.sampling.temperature)
+        if self.config.trie_explore_temperature > 0 and temperature > 0:  # greedy evaluation stays greedy
+            temperature = float(self.config.trie_explore_temperature)
+        generation = self.sampler.generate_constrained(prompts, candidates, rng, temperature=temperature)
         for prompt, cands, obs, index, logprobs in zip(prompts, candidates, observations, generation.action_index,
                                                        generation.logprobs):
             index = int(index)

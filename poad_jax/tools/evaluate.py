@@ -6,6 +6,12 @@ picks the most likely valid action token by token), and prints return and
 success rate per env in one table.  `--env all-virtualhome` expands to the
 VirtualHome food-preparation task and all its generalisation variants.
 
+`--policy=token` plays the token policy the learner optimises instead of
+the behaviour that drew training's actions; they differ for POAD and NTPO
+runs that sampled from the action scores (`restricted_sampling=
+"action_scores"`) or explored (`trie_explore_temperature`), where the
+training curves show the behaviour's success, not the learned policy's.
+
 `python -m poad_jax.evaluate --workdir W --best-program` instead re-scores
 a DataSciCoding run's best program on its dataset's five splits
 (`poad_jax.best_program`).  An environment in which no episode finishes
@@ -16,6 +22,7 @@ one error line and status 2 (never a NaN with status 0).
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import pathlib
 import shlex
@@ -54,8 +61,35 @@ class EvalResult:
     success_rate: float
 
 
-def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy: bool, seed: int, max_steps: int) -> EvalResult:
-    """Plays `episodes` full episodes (threads in parallel) and averages return and success."""
+POLICIES = ("behaviour", "token")
+
+
+def policy_config(config, policy: str):
+    """`config` for playing `policy`. "behaviour": actions drawn as in training (the run's sampler and
+    exploration temperature). "token": drawn from the token policy the learner optimises,
+    pi(w_j | o, w_<j) renormalised over the offered continuations (trie sampling at the run's
+    temperature, no exploration). The same for TWOSOME, free-form actions and plain trie sampling."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    if policy == "behaviour":
+        return config
+    config = copy.deepcopy(config)
+    config.restricted_sampling, config.trie_explore_temperature = "trie", 0.0
+    return config
+
+
+def policies_differ(config) -> bool:
+    """Whether a run's behaviour is not its token policy (a token-level method that sampled from the
+    action scores or explored)."""
+    return config.method != "twosome" and (
+        config.restricted_sampling != "trie" or float(config.trie_explore_temperature) > 0)
+
+
+def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy: bool, seed: int, max_steps: int,
+                 policy: str = "behaviour") -> EvalResult:
+    """Plays `episodes` full episodes (threads in parallel) of `policy` (`policy_config`) and averages
+    return and success."""
+    config = policy_config(config, policy)
     method = build_method(config)
     rconfig = rollout_config(config, tuple(tokenizer.eos_token_ids))
     sampling = dataclasses.replace(rconfig.sampling, temperature=0.0 if greedy else rconfig.sampling.temperature)
@@ -131,13 +165,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"the table to <workdir>/{RESULTS_FILE}.",
         epilog="examples:\n"
                "  python -m poad_jax.evaluate --workdir=runs/toy-poad-20261125-120000 --episodes=20\n"
-               "  python -m poad_jax.evaluate --workdir=runs/vh --env=all-virtualhome --mode=greedy")
+               "  python -m poad_jax.evaluate --workdir=runs/vh --env=all-virtualhome --mode=greedy\n"
+               "  python -m poad_jax.evaluate --workdir=runs/vh-action-scores --policy=token")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--env", action="append", help="environment name (repeatable); default: the run's env")
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--max-steps", type=int, default=1000, help="env steps per thread before giving up")
     parser.add_argument("--mode", choices=["both", "sampled", "greedy"], default="both")
+    parser.add_argument("--policy", choices=POLICIES, default="behaviour",
+                        help="behaviour: actions drawn as in training (default); token: from the token policy "
+                             "the learner optimises (differs for POAD/NTPO runs with "
+                             "restricted_sampling=action_scores or trie_explore_temperature > 0)")
     parser.add_argument("--best-program", action="store_true",
                         help="re-score the run's best DataSciCoding program instead (poad_jax.best_program)")
     args = parser.parse_args(argv)
@@ -158,13 +197,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown environment(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
         return 2
     modes = {"both": (False, True), "sampled": (False,), "greedy": (True,)}[args.mode]
+    if policies_differ(config):
+        print("policy: the token policy the learner optimised (trie sampling, no exploration)"
+              if args.policy == "token" else
+              "policy: the behaviour that drew training's actions; --policy=token plays the token policy "
+              "the learner optimised", flush=True)
     results = []
     print(format_table([]), flush=True)  # the header, then each row as soon as its episodes are played
     for name in names:
         for greedy in modes:
             try:
                 results.append(evaluate_env(model, tokenizer, config, name, args.episodes, greedy, args.seed,
-                                            args.max_steps))
+                                            args.max_steps, args.policy))
             except ExportError as error:
                 print(f"error: {error}", file=sys.stderr)
                 return 2
