@@ -669,6 +669,26 @@ def test_the_gpu_script_reports_each_cells_env_steps_and_successes_and_packs_the
     assert not [name for name in names if "checkpoints" in name]
 
 
+def test_the_gpu_script_places_prior_cells_where_a_study_reuses_them(tmp_path):
+    """scripts/gpu_paper_studies.sh start with PRIOR_CELLS="study=dir,dir": each dir's cells land in
+    $RUNS/<study>/cells, where `find_reusable` finds them for a sibling study's equal configs (study C
+    reusing B's seeds); with STUDIES=" " nothing is launched."""
+    runs = tmp_path / "gpu_runs"
+    sources = []
+    for seed in (0, 1):
+        cell = tmp_path / f"pass{seed}" / f"POAD__seed={seed}"
+        cell.mkdir(parents=True)
+        (cell / "metrics.jsonl").write_text("{}\n")
+        sources.append(str(cell.parent))
+    done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_paper_studies.sh"), "start"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RUNS": str(runs), "STUDIES": " ",
+                               "PRIOR_CELLS": "grid=" + ",".join(sources)})
+    assert done.returncode == 0, done.stderr
+    assert "prior cells of grid: 2" in done.stdout and "started" not in done.stdout
+    assert sorted(p.name for p in (runs / "grid" / "cells").iterdir()) == ["POAD__seed=0", "POAD__seed=1"]
+
+
 def test_a_finished_cell_recorded_before_a_config_field_existed_is_reused_at_that_fields_default(tmp_path):
     """A cell's config.json written by an older trainer lacks later fields (`mesh`, `distributed`): it ran as
     their defaults, so it matches a cell at the defaults and not one that sets such a field otherwise."""
