@@ -163,6 +163,16 @@ def test_missing_kaggle_csv(capsys, tmp_path):
     assert not (tmp_path / "w").exists()  # a failed start leaves no directory
 
 
+def test_twosome_on_free_form_actions(capsys, tmp_path):
+    """TWOSOME scores offered actions; DataSciCoding offers none (its actions are programs)."""
+    config = toy_config()
+    config.method = "twosome"
+    config.env.name, config.env.kwargs = "datasci/sklearn_wine", {}
+    line = run_main(capsys, config, tmp_path / "w")
+    assert "TWOSOME chooses among the actions an environment offers" in line and "poad or ntpo" in line
+    assert not (tmp_path / "w").exists()
+
+
 def test_export_out_naming_a_file_and_missing_runs(capsys, tmp_path):
     out = tmp_path / "adapter_file"
     out.write_text("keep me")

@@ -36,6 +36,11 @@ from poad_jax.agent.episodes import EpisodeStats
 from poad_jax.sampling import Sampler, SamplingConfig
 
 
+class FreeFormActionsError(ValueError):
+    """TWOSOME met an environment that offers no actions to choose from (free-form text, e.g.
+    DataSciCoding's programs): a user's choice of method, reported in one line."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
     """How rollouts are collected and packed.
@@ -178,7 +183,8 @@ class RolloutCollector:
         records = []
         if not restricted[0]:
             if self.method.scheme.scores_candidates:
-                raise ValueError("TWOSOME needs a restricted action set; this environment is free-form")
+                raise FreeFormActionsError("TWOSOME chooses among the actions an environment offers; this one "
+                                           "offers none (its actions are free text): use method poad or ntpo")
             generation = self.sampler.generate(prompts, rng, self.config.sampling, self.tokenizer)
             for prompt, tokens, logprobs in zip(prompts, generation.tokens, generation.logprobs):
                 sampled = [float(v) for v in logprobs] if len(tokens) else None

@@ -30,6 +30,7 @@ from ml_collections import config_flags
 
 import envs_py
 from poad_jax.agent.methods import UnknownMethodError
+from poad_jax.agent.rollout import FreeFormActionsError
 from poad_jax.parallel import hosts
 from poad_jax.run import best_program as best_lib
 from poad_jax.run import checkpoint as checkpoint_lib
@@ -128,7 +129,7 @@ def enable_compilation_cache(cache_root: pathlib.Path | None = None) -> None:
 
 
 USER_ERRORS = (TrainError, UnknownMethodError, envs_py.UnknownEnvError, checkpoint_lib.NoIntactCheckpointError,
-               best_lib.BestProgramError)
+               best_lib.BestProgramError, FreeFormActionsError)
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 

@@ -123,7 +123,8 @@ def _check_together(config: ml_collections.ConfigDict) -> None:
         _check_sampler_logprobs(config)
     if config.prefix_packing and config.method == "twosome":
         raise ConfigError("prefix_packing is for poad and ntpo: TWOSOME encodes each state's prompt once "
-                          "already (share_prompt)")
+                          "already (share_prompt; and TWOSOME needs an environment that offers its actions, "
+                          "which DataSciCoding does not)")
     _check_behaviour_policy(config)
     row_devices = config.mesh.data * config.mesh.fsdp  # a -1 axis is checked once the devices are known
     if row_devices > 1 and config.num_threads % row_devices:
