@@ -8,6 +8,19 @@ settings of the README's VirtualHome figure (studies/virtualhome.py,
 docs/results.md).  The authors' own settings, method by method:
 configs/virtualhome_paper.py.
 
+    python -m poad_jax.train --config=configs/virtualhome.py           # POAD, trie sampling
+    python -m poad_jax.train --config=configs/virtualhome.py:poad      # the comparison's variants:
+    python -m poad_jax.train --config=configs/virtualhome.py:twosome   # `COMPARISON_METHODS` below
+    python -m poad_jax.train --config=configs/virtualhome.py:ntpo
+
+With a method argument, the method gets the variant that study C
+(studies/virtualhome_compare.py) compares: its best of study B
+(studies/virtualhome_options.py, docs/results/virtualhome_options.md).  POAD
+and NTPO then draw actions from the softmax of the word-normalised action
+scores and correct PPO for it (docs/sampling.md); without the argument POAD
+samples its own token policy through the trie, as studies B and C's base
+config (the cells of both name this file without an argument).
+
 Other tasks: --config.env.name=virtualhome/entertainment (and the
 generalisation variants, for evaluation).
 """
@@ -15,7 +28,16 @@ generalisation variants, for evaluation).
 from poad_jax.run import config as poad_config
 
 
-def get_config():
+# Each method's variant in study C, the comparison (studies/virtualhome_compare.py, which names the same
+# settings; tests/test_config.py keeps the two equal): the highest final success of its method in study B.
+COMPARISON_METHODS = {
+    "poad": {"restricted_sampling": "action_scores", "ppo.behaviour_correction": "importance"},
+    "twosome": {"ppo.ent_coef": 0.001},
+    "ntpo": {"restricted_sampling": "action_scores", "ppo.behaviour_correction": "importance"},
+}
+
+
+def get_config(method: str | None = None):  # None: POAD as studies B and C's base config
     config = poad_config.default_config()
     config.name = "virtualhome"
     config.env.name = "virtualhome/food_preparation"
@@ -28,4 +50,6 @@ def get_config():
     config.ppo.actor_lr = 1e-4
     config.ppo.critic_lr = 5e-5
     config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/run/config/settings.py; "float32" for exact matmuls
-    return config
+    if method is None:
+        return config
+    return poad_config.set_method_preset(config, "configs/virtualhome.py", method, COMPARISON_METHODS)

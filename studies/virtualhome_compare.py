@@ -32,6 +32,9 @@ cell of this study ran; no setting changes after a cell has run):
   --policy=token --mode=sampled`; `bash scripts/gpu_paper_studies.sh
   evaluate virtualhome_compare`), reported beside the training success.
 
+A user trains the same variants with `--config=configs/virtualhome.py:<method>`
+(its `COMPARISON_METHODS`; tests/test_config.py keeps the two equal).
+
 Cells to run: POAD seeds 3-4, TWOSOME seeds 3-4, NTPO seeds 0-4 (9 cells: one
 lent-GPU budget, `STUDIES="virtualhome_compare:9"` with B's cells beside).
 

@@ -258,6 +258,33 @@ def test_a_preset_without_its_method_names_the_methods_instead_of_choosing_one(p
         "with <method> one of poad, ntpo, twosome"]
 
 
+@pytest.mark.parametrize("method", ("poad", "twosome", "ntpo"))
+def test_virtualhome_method_argument_gives_the_comparison_cell_of_that_method(method):
+    """configs/virtualhome.py:<method> is the variant study C trains for that method (the README headline's
+    settings): the same trainer config as the study's cell, up to the preset label and the run's name; and
+    the file without an argument stays the base config every study B and C cell was trained from."""
+    from poad_jax.tools.study import spec
+
+    study = spec.load_study(REPO / "studies" / "virtualhome_compare.py")
+    cells = [cell for cell in spec.grid(study) if cell.overrides["method"] == method and cell.seed == 0]
+    assert len(cells) == 1
+    cell = spec.cell_config(study, cells[0])
+    argument = config_lib.load_config_file(REPO / "configs" / f"virtualhome.py:{method}")
+    config_lib.validate(argument)
+    assert argument.preset == f"configs/virtualhome.py:{method}" and argument.method == method
+    differing = {field for field, value in leaves(argument).items() if leaves(cell)[field] != value}
+    assert differing == {"preset"}, differing
+
+    plain = config_lib.load_config_file(REPO / "configs" / "virtualhome.py")
+    assert (plain.method, plain.preset, plain.restricted_sampling) == ("poad", "", "trie")
+    with pytest.raises(ValueError, match=r"unknown method 'ppo' for configs/virtualhome.py; choose one of"):
+        config_lib.load_config_file(REPO / "configs" / "virtualhome.py:ppo")
+    other = "ntpo" if method == "twosome" else "twosome"
+    with pytest.raises(config_lib.ConfigError, match=f"configs/virtualhome.py:{other}"):
+        argument.method = other
+        config_lib.validate(argument)
+
+
 def test_config_files_load_from_another_working_directory(tmp_path):
     """By path, from elsewhere: the library's loader, and the CLI with an override (a bad one, so that the
     command stops at validation with one line instead of training)."""

@@ -14,8 +14,8 @@
 - `fields`: `field_parent` / `field_value`, the one walker of dotted names
   ("ppo.actor_lr"), with the closest name when one is unknown; `completed`,
   the one filling of a stored config's missing fields with their defaults.
-- `files`: `load_config_file` (as `--config=` loads one) and the authors'
-  presets (`set_authors_semantics`).
+- `files`: `load_config_file` (as `--config=` loads one), a config file's
+  per-method presets (`set_method_preset`) and the authors' (`set_authors_semantics`).
 - `resumable`: `RESUMABLE_FIELDS`, the fields a run directory's re-run may
   change (and what a change affects), for the trainer and the study runner.
 - `convert`: `learner_config`, `rollout_config`, `sampling_config`: the
@@ -35,7 +35,8 @@ from poad_jax.run.config.convert import learner_config, rollout_config, sampling
 from poad_jax.run.config.declare import Check, OneOf, above, at_least, setting, section, within
 from poad_jax.run.config.errors import ConfigError, TrainError, one_line
 from poad_jax.run.config.fields import UnknownFieldError, completed, field_parent, field_value
-from poad_jax.run.config.files import load_config_file, set_authors_semantics, split_config_argument
+from poad_jax.run.config.files import (load_config_file, set_authors_semantics, set_method_preset,
+                                       split_config_argument)
 from poad_jax.run.config.resumable import RESUMABLE_FIELDS, SAME_NUMBERS, resumable_kind
 from poad_jax.run.config.settings import DTYPES, MATMUL_DTYPE_CHOICES, MATMUL_DTYPES, default_config
 
@@ -44,5 +45,5 @@ __all__ = [
     "RESUMABLE_FIELDS", "SAME_NUMBERS", "UnknownFieldError", "above", "at_least", "check_field", "completed",
     "default_config", "field_parent", "field_value", "learner_config", "load_config_file", "resumable_kind",
     "rollout_config", "sampler_logprobs_refusal", "sampling_config", "section", "set_authors_semantics",
-    "setting", "split_config_argument", "TrainError", "one_line", "validate", "within",
+    "set_method_preset", "setting", "split_config_argument", "TrainError", "one_line", "validate", "within",
 ]

@@ -1,4 +1,4 @@
-"""Config files: loading one by path (as `--config=` does), and the authors' presets."""
+"""Config files: loading one by path (as `--config=` does), and their per-method presets."""
 
 from __future__ import annotations
 
@@ -9,20 +9,15 @@ from typing import Any
 import ml_collections
 
 from poad_jax.run.config.errors import ConfigError
+from poad_jax.run.config.fields import field_parent
 
 
-def set_authors_semantics(config: ml_collections.ConfigDict, preset: str, method: str | None,
-                          method_settings: dict[str, dict[str, Any]]) -> ml_collections.ConfigDict:
-    """`config` with the POAD authors' learner semantics (docs/adrl_parity.md) and
-    `method`'s PPO settings from a preset's table `method_settings` (one place per
-    preset; the preset file cites their sources).
-
-    Sets: the method and `preset` ("<file>:<method>", checked by `validate`);
-    actions sampled from the word-normalised action scores; the value head
-    without biases in PyTorch's default init; a KL skip of the actor's step only;
-    the authors' advantage normalisation; then `ppo.<field>` for each of the
-    method's settings.
-    """
+def set_method_preset(config: ml_collections.ConfigDict, preset: str, method: str | None,
+                      method_settings: dict[str, dict[str, Any]]) -> ml_collections.ConfigDict:
+    """`config` set for `method` from a config file's per-method table `method_settings`
+    ({method: {dotted field: value}}, one place per file): the method, `preset`
+    ("<file>:<method>", checked by `validate`: a --config.method that differs is
+    refused), then each of the method's fields."""
     if method is None:  # `--config=<preset>` without `:<method>`: never a silent default
         raise ConfigError(f"{preset} holds one preset per method: name it, --config={preset}:<method> with "
                           f"<method> one of {', '.join(method_settings)}")
@@ -30,15 +25,31 @@ def set_authors_semantics(config: ml_collections.ConfigDict, preset: str, method
         raise ValueError(f"unknown method {method!r} for {preset}; choose one of {', '.join(method_settings)}")
     config.preset = f"{preset}:{method}"
     config.method = method
+    for dotted, value in method_settings[method].items():
+        node, last = field_parent(config, dotted)
+        node[last] = value
+    return config
+
+
+def set_authors_semantics(config: ml_collections.ConfigDict, preset: str, method: str | None,
+                          method_settings: dict[str, dict[str, Any]]) -> ml_collections.ConfigDict:
+    """`config` with the POAD authors' learner semantics (docs/adrl_parity.md) and
+    `method`'s PPO settings from a preset's table `method_settings` ({method: {ppo
+    field: value}}; the preset file cites their sources), set by `set_method_preset`.
+
+    Sets: actions sampled from the word-normalised action scores; the value head
+    without biases in PyTorch's default init; a KL skip of the actor's step only;
+    the authors' advantage normalisation; then the method's `ppo.<field>`s.
+    """
+    ppo_settings = {name: {f"ppo.{field}": value for field, value in settings.items()}
+                    for name, settings in method_settings.items()}
     config.restricted_sampling = "action_scores"
     config.twosome_normalization = "word"
     config.ppo.kl_skip = "actor"
     config.ppo.advantage_normalization = "adrl"
     config.critic.bias = False
     config.critic.init = "torch"
-    for field, value in method_settings[method].items():
-        config.ppo[field] = value
-    return config
+    return set_method_preset(config, preset, method, ppo_settings)
 
 
 def split_config_argument(spec: str | pathlib.Path) -> tuple[pathlib.Path, str | None]:
