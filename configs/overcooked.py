@@ -18,5 +18,7 @@ def get_config():
     config.ppo.gamma = 0.99
     config.ppo.actor_lr = 5e-7
     config.ppo.critic_lr = 1e-5
-    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/run/config/settings.py; "float32" for exact matmuls
+    # bfloat16 operands (float32 accumulation): the studies' numerics, fast on a GPU or a CPU with AVX-512-BF16
+    # or AMX; elsewhere --config.matmul_dtype=auto (float32 there) is faster and exact (run/hardware.py)
+    config.matmul_dtype = "bfloat16"
     return config

@@ -49,7 +49,9 @@ def get_config(method: str | None = None):  # None: POAD as studies B and C's ba
     config.ppo.gamma = 0.95
     config.ppo.actor_lr = 1e-4
     config.ppo.critic_lr = 5e-5
-    config.matmul_dtype = "bfloat16"  # CPU speed: see poad_jax/run/config/settings.py; "float32" for exact matmuls
+    # bfloat16 operands (float32 accumulation): the studies' numerics, fast on a GPU or a CPU with AVX-512-BF16
+    # or AMX; elsewhere --config.matmul_dtype=auto (float32 there) is faster and exact (run/hardware.py)
+    config.matmul_dtype = "bfloat16"
     if method is None:
         return config
     return poad_config.set_method_preset(config, "configs/virtualhome.py", method, COMPARISON_METHODS)
