@@ -12,6 +12,7 @@ import numpy as np
 
 from poad_jax.tools.study.actions import actions_section
 from poad_jax.tools.study.figures import plot_curves, plot_heatmap, plot_step_curves, smooth
+from poad_jax.tools.study.programs import best_programs_section
 from poad_jax.tools.study.scheduler import (cell_finished, format_seconds, read_json, read_records, repo_commit,
                                              seed_major, this_machine)
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
@@ -492,9 +493,9 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
     dynamics = dynamics_table(study, workdir)
     if dynamics:
         lines += [""] + dynamics
-    written = actions_section(study, workdir, fraction)
-    if written:
-        lines += [""] + written
+    for section in (actions_section(study, workdir, fraction), best_programs_section(study, workdir)):
+        if section:
+            lines += [""] + section
     if any_finished:
         lines += ["", "![return](return.png)", "", "![success](success.png)"]
         if report.get("heatmap"):

@@ -137,6 +137,7 @@ def load_study(path: str | pathlib.Path) -> Study:
         fixed=_plain(raw.get("fixed", {})), axes=axes, seeds=seeds, report=_plain(raw.get("report", {})),
     )
     reference_ranges(study)  # a malformed report option fails here, before any cell runs
+    best_program_options(study)
     return study
 
 
@@ -198,6 +199,30 @@ def reference_ranges(study: Study) -> tuple[str, dict[str, tuple[float, float]]]
         raise StudyError(f"study {study.name!r}: report option reference names no group {unknown}; its groups: "
                          + ", ".join(sorted(groups)))
     return str(option["label"]), ranges
+
+
+def best_program_options(study: Study) -> tuple[bool, dict[str, float]]:
+    """Report option `best_programs = {"rescore": bool, "reference": {label: AUC}}` (DataSciCoding): whether
+    the report runs each cell's best program again, and published AUCs to set beside them (e.g. the
+    paper's Table 4), as (rescore, {label: value}); (False, {}) without the option.  A malformed option
+    is a StudyError naming what is wrong (load_study checks it)."""
+    option = study.report.get("best_programs")
+    if not option:
+        return False, {}
+    usage = 'report option best_programs must be {"rescore": True or False, "reference": {"<label>": AUC}}'
+    if not isinstance(option, dict) or set(option) - {"rescore", "reference"}:
+        raise StudyError(f"study {study.name!r}: {usage}")
+    rescore, reference = option.get("rescore", False), option.get("reference", {})
+    if not isinstance(rescore, bool) or not isinstance(reference, dict):
+        raise StudyError(f"study {study.name!r}: {usage}")
+    values = {}
+    for label, value in reference.items():
+        try:
+            values[str(label)] = float(value)
+        except (TypeError, ValueError):
+            raise StudyError(f"study {study.name!r}: best_programs reference {label!r} must be a number, "
+                             f"not {value!r}") from None
+    return rescore, values
 
 
 def _set_field(config: ml_collections.ConfigDict, field: str, value: Any) -> None:

@@ -1,0 +1,123 @@
+"""A study report's section on the best program each DataSciCoding cell kept (`best_program.json`,
+"POAD-Best" in the paper's Table 4): per cell its mean ROC AUC over the dataset's five splits, where in
+training it appeared and the scikit-learn classes it calls; with report option
+`best_programs = {"rescore": True}` also the AUC of running it again in the sandbox (what `python -m
+poad_jax.best_program` does); per group the mean, std and highest over seeds, beside the published
+values the option's `reference` names ({label: AUC}); then the study's best program itself."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+from typing import Any
+
+import numpy as np
+
+from poad_jax.run.best_program import BestProgram, BestProgramError, read_best, rescore
+from poad_jax.run.config.errors import one_line
+from poad_jax.tools.study.scheduler import read_records, seed_major
+from poad_jax.tools.study.spec import Study, best_program_options, grid
+
+
+def _dotted(node: ast.AST) -> list[str]:
+    """["sklearn", "linear_model", "LogisticRegression"] for `sklearn.linear_model.LogisticRegression`;
+    [] for anything but names and attributes."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return head + [node.attr] if head else []
+    return []
+
+
+def sklearn_classes(program: str) -> list[str]:
+    """The scikit-learn classes a program calls, once each in the order of their first call
+    ("LogisticRegression", "StandardScaler"): names imported from sklearn, or reached through an imported
+    sklearn module, that start with a capital (functions such as roc_auc_score are left out); [] for a
+    program that does not parse."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError):
+        return []
+    classes: dict[str, str] = {}  # local name -> the sklearn class it is
+    modules: set[str] = set()  # local names of sklearn modules
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update((a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] == "sklearn")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sklearn":
+            for alias in node.names:
+                if alias.name[:1].isupper():
+                    classes[alias.asname or alias.name] = alias.name
+                else:  # `from sklearn import linear_model`
+                    modules.add(alias.asname or alias.name)
+    calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
+    found: list[str] = []
+    for call in calls:
+        parts = _dotted(call.func)
+        if len(parts) == 1 and parts[0] in classes:
+            name = classes[parts[0]]
+        elif len(parts) > 1 and parts[0] in modules and parts[-1][:1].isupper():
+            name = parts[-1]
+        else:
+            continue
+        if name not in found:
+            found.append(name)
+    return found
+
+
+def rescored(cell_dir: pathlib.Path) -> str:
+    """The mean AUC of the cell's best program run again in the sandbox, or why there is none."""
+    try:
+        _, result = rescore(cell_dir)
+    except BestProgramError as error:
+        return f"not re-scored: {one_line(error)}"
+    if not result.success:
+        return f"failed: {one_line(result.error)[:80]}"
+    return f"{result.mean_auc:.4f}"
+
+
+def _cell_row(name: str, best: BestProgram, steps: int | None, again: str | None) -> str:
+    splits = " ".join(f"{a:.3f}" for a in best.auc_per_split)
+    where = f"{best.env_steps:,}" + (f" of {steps:,}" if steps else "")
+    row = [name, f"{best.mean_auc:.4f}", splits, where, ", ".join(sklearn_classes(best.program)) or "-"]
+    return "| " + " | ".join(row + ([again] if again is not None else [])) + " |"
+
+
+def best_programs_section(study: Study, workdir: pathlib.Path) -> list[str]:
+    """Markdown lines on the cells' best programs (module docstring); [] when no cell kept one."""
+    rescore_them, references = best_program_options(study)
+    kept: list[tuple[Any, BestProgram]] = []
+    for cell in seed_major(grid(study), study.seeds):
+        try:
+            best = read_best(workdir / "cells" / cell.name)
+        except BestProgramError:
+            best = None  # a damaged record: the row says nothing rather than stopping the report
+        if best is not None:
+            kept.append((cell, best))
+    if not kept:
+        return []
+    header = ["cell", "best mean AUC", "AUC per split", "found at env step", "scikit-learn classes it calls"]
+    if rescore_them:
+        header.append("re-scored mean AUC")
+    lines = ["Best programs (`best_program.json`: each cell's highest mean ROC AUC over the dataset's five "
+             "splits, found while training" + ("; re-scored by running it again in the sandbox" if rescore_them
+                                              else "") + "):", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for cell, best in kept:
+        cell_dir = workdir / "cells" / cell.name
+        records = read_records(cell_dir)
+        steps = int(records[-1].get("env_steps") or 0) if records else None
+        lines.append(_cell_row(cell.name, best, steps, rescored(cell_dir) if rescore_them else None))
+    groups: dict[str, list[float]] = {}
+    for cell, best in kept:
+        groups.setdefault(", ".join(label for _, label in cell.group), []).append(best.mean_auc)
+    lines += ["", "| group or reference | cells | best mean AUC, mean ± std over cells | highest |", "|---|---|---|---|"]
+    for label, values in groups.items():
+        spread = f" ± {np.std(values, ddof=1):.4f}" if len(values) > 1 else ""
+        lines.append(f"| {label} | {len(values)} | {np.mean(values):.4f}{spread} | {max(values):.4f} |")
+    for label, value in references.items():
+        lines.append(f"| {label} | - | - | {value:.4f} |")
+    cell, best = max(kept, key=lambda pair: pair[1].mean_auc)
+    lines += ["", f"The study's best program so far ({cell.name}, mean AUC {best.mean_auc:.4f}, env step "
+                  f"{best.env_steps:,}):", "", "```python", *best.program.rstrip().splitlines(), "```"]
+    return lines
