@@ -111,7 +111,7 @@ def test_the_paper_preset_takes_the_method_from_its_argument(preset, method):
     config.method = "twosome" if method != "twosome" else "poad"
     with pytest.raises(config_lib.ConfigError, match=f"choose the method with --config=configs/{preset}.py:"):
         config_lib.validate(config)
-    with pytest.raises(ValueError, match="unknown method"):
+    with pytest.raises(config_lib.ConfigError, match="unknown method 'ppo' for configs/"):
         config_lib.load_config_file(f"{path}:ppo")
 
 

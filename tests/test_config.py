@@ -277,12 +277,20 @@ def test_virtualhome_method_argument_gives_the_comparison_cell_of_that_method(me
 
     plain = config_lib.load_config_file(REPO / "configs" / "virtualhome.py")
     assert (plain.method, plain.preset, plain.restricted_sampling) == ("poad", "", "trie")
-    with pytest.raises(ValueError, match=r"unknown method 'ppo' for configs/virtualhome.py; choose one of"):
+    with pytest.raises(config_lib.ConfigError, match=r"unknown method 'ppo' for configs/virtualhome.py; choose one"):
         config_lib.load_config_file(REPO / "configs" / "virtualhome.py:ppo")
     other = "ntpo" if method == "twosome" else "twosome"
     with pytest.raises(config_lib.ConfigError, match=f"configs/virtualhome.py:{other}"):
         argument.method = other
         config_lib.validate(argument)
+
+
+def test_an_unknown_method_argument_is_one_line_naming_the_methods(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "poad_jax.train", "--config=configs/virtualhome.py:POAD",
+                           f"--workdir={tmp_path / 'w'}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and not (tmp_path / "w").exists()
+    assert done.stderr.strip().splitlines() == [
+        "error: unknown method 'POAD' for configs/virtualhome.py; choose one of poad, twosome, ntpo"]
 
 
 def test_config_files_load_from_another_working_directory(tmp_path):

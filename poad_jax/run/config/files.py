@@ -22,7 +22,7 @@ def set_method_preset(config: ml_collections.ConfigDict, preset: str, method: st
         raise ConfigError(f"{preset} holds one preset per method: name it, --config={preset}:<method> with "
                           f"<method> one of {', '.join(method_settings)}")
     if method not in method_settings:
-        raise ValueError(f"unknown method {method!r} for {preset}; choose one of {', '.join(method_settings)}")
+        raise ConfigError(f"unknown method {method!r} for {preset}; choose one of {', '.join(method_settings)}")
     config.preset = f"{preset}:{method}"
     config.method = method
     for dotted, value in method_settings[method].items():
