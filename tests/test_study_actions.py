@@ -14,7 +14,10 @@ from poad_jax.tools.study import actions, report, spec
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def write_study(directory: pathlib.Path) -> pathlib.Path:
+def write_study(directory: pathlib.Path, seeds: tuple[int, ...] = (0,), **report: object) -> pathlib.Path:
+    """A DataSciCoding-like study file of POAD and NTPO on the toy config; `report` adds report options."""
+    options = {"metric": "step_reward_mean", "smoothing": 1, "final_fraction": 0.25,
+               "steps": {"succeeded": "runnable", "reward": "AUC"}, **report}
     path = directory / "datasci_like.py"
     path.write_text(f'''
 def get_study():
@@ -23,9 +26,8 @@ def get_study():
         "base_config": "{REPO / 'configs' / 'toy.py'}",
         "fixed": {{"total_env_steps": 64, "tensorboard": False, "plot": False}},
         "axes": {{"variant": [{{"label": "POAD", "method": "poad"}}, {{"label": "NTPO", "method": "ntpo"}}]}},
-        "seeds": (0,),
-        "report": {{"metric": "step_reward_mean", "smoothing": 1, "final_fraction": 0.25,
-                    "steps": {{"succeeded": "runnable", "reward": "AUC"}}}},
+        "seeds": {seeds!r},
+        "report": {options!r},
     }}
 ''')
     return path

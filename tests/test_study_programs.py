@@ -14,6 +14,7 @@ import pytest
 import envs_py
 from poad_jax.run.best_program import BestProgram, write_best
 from poad_jax.tools.study import programs, report, spec
+from test_study_actions import write_study as study_file
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ENV = "datasci/balance_scale"
@@ -26,19 +27,7 @@ REFERENCES = {"POAD-Best (paper)": 0.9651, "CAAFE with GPT-4 (paper)": 0.882}
 
 
 def write_study(directory: pathlib.Path, option: object) -> pathlib.Path:
-    path = directory / "datasci_like.py"
-    path.write_text(f'''
-def get_study():
-    return {{
-        "name": "datasci_like",
-        "base_config": "{REPO / 'configs' / 'toy.py'}",
-        "fixed": {{"total_env_steps": 16, "tensorboard": False, "plot": False}},
-        "axes": {{"variant": [{{"label": "POAD", "method": "poad"}}, {{"label": "NTPO", "method": "ntpo"}}]}},
-        "seeds": (0, 1),
-        "report": {{"metric": "step_reward_mean", "final_fraction": 0.25, "best_programs": {option!r}}},
-    }}
-''')
-    return path
+    return study_file(directory, seeds=(0, 1), best_programs=option)
 
 
 def test_the_classes_a_program_calls_in_the_order_it_first_calls_them():
