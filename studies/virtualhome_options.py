@@ -67,5 +67,5 @@ def get_study():
             ],
         },
         "seeds": (0, 1, 2),
-        "report": {"metric": "episode_return", "smoothing": 10, "final_fraction": 0.25},
+        "report": {"metric": "episode_return", "smoothing": 10, "final_fraction": 0.25, "success_speed": True},
     }

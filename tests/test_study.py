@@ -515,17 +515,20 @@ def test_the_report_pools_successful_episodes_per_group_from_the_per_update_rate
 
 
 def test_the_dynamics_table_reads_kl_entropy_skips_and_time_per_update(tmp_path):
-    """Median and max approx KL, the entropy at the first, half-way and last update, skipped minibatch
+    """Median and max approx KL, the entropy at the first, half-way and last update, the critic's median and
+    min explained variance (an update without it skipped), skipped minibatch
     steps out of all (10 per update here, recovered from the skipped fraction), the median time per
     update: against NumPy over the same fake records; cells without approx_kl get no row."""
     study = spec.load_study(write_study(tmp_path, updates=5, seeds=(0,)))
     workdir = tmp_path / "runs"
     rng = np.random.default_rng(3)
     kl, entropy = rng.uniform(1e-4, 2e-2, size=5), rng.uniform(2.0, 2.8, size=5)
+    variance = [-3.5, 0.2, None, 0.7, 0.4]
     skipped = [3, 0, 1, 0, 6]
     seconds = rng.uniform(1, 100, size=(5, len(report.PHASE_SECONDS)))
     records = [{"update": u + 1, "env_steps": 16 * (u + 1), "episodes": u, "episode_return": 0.0,
                 "approx_kl": float(kl[u]), "entropy": float(entropy[u]), "skipped_minibatches": float(skipped[u]),
+                "explained_variance": variance[u],
                 "skipped": skipped[u] / 10, **dict(zip(report.PHASE_SECONDS, map(float, seconds[u])))}
                for u in range(5)]
     _fake_cell(workdir, "POAD__seed=0", records, "done")
@@ -536,11 +539,12 @@ def test_the_dynamics_table_reads_kl_entropy_skips_and_time_per_update(tmp_path)
     np.testing.assert_allclose([row.median_kl, row.max_kl, row.median_seconds],
                                [np.median(kl), kl.max(), np.median(seconds.sum(axis=1))])
     np.testing.assert_allclose(row.entropy, entropy[[0, 2, 4]])
+    np.testing.assert_allclose(row.explained_variance, [np.median([-3.5, 0.2, 0.7, 0.4]), -3.5])
     report.write_report(study, workdir)
-    lines = [line for line in (workdir / "report.md").read_text().splitlines() if line.count("|") == 7]
+    lines = [line for line in (workdir / "report.md").read_text().splitlines() if line.count("|") == 8]
     rows = [line.split("|")[1].strip() for line in lines if "->" in line and "__seed=" in line]
     assert rows == ["POAD__seed=0"]
-    assert f"| 10 of 50 | {scheduler.format_seconds(np.median(seconds.sum(axis=1)))} |" in "".join(lines)
+    assert f"| 0.300 (-3.500) | 10 of 50 | {scheduler.format_seconds(np.median(seconds.sum(axis=1)))} |" in "".join(lines)
     assert report.training_dynamics([{k: v for k, v in r.items() if k != "approx_kl"} for r in records]) is None
 
 

@@ -21,7 +21,8 @@ dotted paths, which ConfigDict keys cannot hold):
             "facet": "env.kwargs.action_length", "heatmap": ("variant", "env.kwargs.action_length"),
             "theory": "poad_jax.tools.theory:save_or_take_optimum",
             "steps": {"succeeded": "runnable", "reward": "AUC"},  # a table of succeeded steps per cell
-            "best_programs": {"rescore": True, "reference": {"paper": 0.9651}}},  # DataSciCoding's best programs
+            "best_programs": {"rescore": True, "reference": {"paper": 0.9651}},  # DataSciCoding's best programs
+            "success_speed": {"rate": 0.5, "episodes": 16}},  # env steps to the first success and to 0.5
 
 Each cell is an ordinary run directory of `poad_jax.train` (`<workdir>/cells/<cell>`, the
 workdir by default `./runs/studies/<name>`, relative to where the command runs), run as its own

@@ -15,6 +15,7 @@ from poad_jax.tools.study.figures import plot_curves, plot_heatmap, plot_step_cu
 from poad_jax.tools.study.programs import best_programs_section
 from poad_jax.tools.study.scheduler import (cell_finished, format_seconds, read_json, read_records, repo_commit,
                                              seed_major, this_machine)
+from poad_jax.tools.study.speed import episodes_per_update, success_speed_table
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
                                         reference_ranges)
 
@@ -77,6 +78,7 @@ class GroupResult:
     seeds: list[int]
     final_return: tuple[float, float, int]
     final_success: tuple[float, float, int]
+    final_discounted: tuple[float, float, int]  # discounted_return (Appendix H's); count 0 where none is logged
     threshold_steps: list[float]
     theory: float | None
     curves: list[tuple[np.ndarray, np.ndarray]]
@@ -97,7 +99,7 @@ def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
         groups.setdefault(cell.group, []).append(cell)
     results = []
     for group, cells in groups.items():
-        finals, successes, reach, curves, success_curves, seeds = [], [], [], [], [], []
+        finals, successes, discounted, reach, curves, success_curves, seeds = [], [], [], [], [], [], []
         for cell in cells:
             cell_dir = workdir / "cells" / cell.name
             if not cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps)):
@@ -106,6 +108,7 @@ def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
             seeds.append(cell.seed)
             finals.append(final_value(records, metric, fraction))
             successes.append(final_value(records, "success_rate", fraction))
+            discounted.append(final_value(records, "discounted_return", fraction))
             if threshold is not None:
                 reach.append(steps_to_threshold(records, metric, float(threshold), window))
             curves.append(curve(records, metric))
@@ -113,7 +116,8 @@ def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
         predicted = float(theory(cell_config(study, cells[0]))) if theory and cells else None
         results.append(GroupResult(
             label=", ".join(label for _, label in group), group=group, seeds=seeds,
-            final_return=mean_std(finals), final_success=mean_std(successes), threshold_steps=reach,
+            final_return=mean_std(finals), final_success=mean_std(successes), final_discounted=mean_std(discounted),
+            threshold_steps=reach,
             theory=predicted, curves=curves, success_curves=success_curves,
         ))
     return results
@@ -243,18 +247,10 @@ def episode_successes(records: list[dict[str, Any]]) -> tuple[int, int]:
         k = sum_u round(s_u * (E_u - E_{u-1})),   n = sum_u (E_u - E_{u-1})   (E_0 = 0)
 
     where E_u is the episodes finished by update u and s_u the success rate of those finished in it;
-    updates whose rate is unknown (None or NaN) count in neither.
+    updates whose rate is unknown (None or NaN) count in neither (`speed.episodes_per_update`).
     """
-    successes, counted, before = 0, 0, 0
-    for record in records:
-        finished = int(record.get("episodes") or 0)
-        ended, before = finished - before, finished
-        rate = record.get("success_rate")
-        if ended <= 0 or rate is None or math.isnan(float(rate)):
-            continue
-        successes += int(round(float(rate) * ended))
-        counted += ended
-    return successes, counted
+    updates = episodes_per_update(records)
+    return sum(won for _, _, won in updates), sum(ended for _, ended, _ in updates)
 
 
 def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -305,14 +301,15 @@ class Dynamics:
     median_kl: float
     max_kl: float
     entropy: tuple[float, float, float]  # at the first update, half-way, the last
+    explained_variance: tuple[float, float]  # the critic's: median and min over updates (NaN if not logged)
     skipped: int  # minibatch steps the KL threshold skipped
     steps: int  # minibatch steps in all (skipped ones included)
     median_seconds: float  # per update, sampling + env + behaviour + learner
 
 
 def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
-    """Medians and extremes over updates u of approx_kl_u and of t_u = sum_phase seconds_phase,u; entropy at
-    updates 1, ceil(U / 2), U; skipped = sum_u skipped_minibatches_u and, with f_u = skipped_u their
+    """Medians and extremes over updates u of approx_kl_u, of the critic's explained_variance_u and of
+    t_u = sum_phase seconds_phase,u; entropy at updates 1, ceil(U / 2), U; skipped = sum_u skipped_minibatches_u and, with f_u = skipped_u their
     fraction, steps = sum_u skipped_minibatches_u / f_u over the updates with f_u > 0, else their count
     / f taken from any update's epochs x minibatches (None when the records carry no approx_kl)."""
     kept = [r for r in records if r.get("approx_kl") is not None and not math.isnan(float(r["approx_kl"]))]
@@ -321,22 +318,27 @@ def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
     kl = np.array([float(r["approx_kl"]) for r in kept])
     entropy = [float(r.get("entropy", float("nan"))) for r in kept]
     seconds = [sum(float(r.get(key) or 0.0) for key in PHASE_SECONDS) for r in kept]
+    variance = np.array([float(r["explained_variance"]) for r in kept if r.get("explained_variance") is not None])
+    variance = variance[~np.isnan(variance)]
     skipped = [int(round(float(r.get("skipped_minibatches") or 0))) for r in kept]
     fractions = [float(r.get("skipped") or 0.0) for r in kept]
     per_update = {round(k / f) for k, f in zip(skipped, fractions) if k > 0 and f > 0}
     steps = per_update.pop() * len(kept) if len(per_update) == 1 else 0
     return Dynamics(updates=len(kept), median_kl=float(np.median(kl)), max_kl=float(kl.max()),
-                    entropy=(entropy[0], entropy[(len(kept) - 1) // 2], entropy[-1]), skipped=int(sum(skipped)),
+                    entropy=(entropy[0], entropy[(len(kept) - 1) // 2], entropy[-1]),
+                    explained_variance=(float(np.median(variance)), float(variance.min())) if len(variance)
+                    else (float("nan"), float("nan")), skipped=int(sum(skipped)),
                     steps=steps, median_seconds=float(np.median(seconds)))
 
 
 def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
     """Markdown lines, one row per cell with PPO diagnostics: median (max) per-update approx KL, the
-    entropy's path, minibatch steps skipped by the KL threshold, median time per update; [] without any."""
+    entropy's path, the critic's median (min) explained variance, minibatch steps skipped by the KL threshold, median time per update; [] without any."""
     lines = ["Training dynamics per cell (approx KL and entropy as the learner logs them: per token for "
              "token-level methods, per action for TWOSOME):", "",
              "| cell | updates | median (max) approx KL | entropy: first -> half-way -> last update | "
-             "minibatch steps skipped | median time per update |", "|" + "---|" * 6]
+             "critic's explained variance: median (min) | minibatch steps skipped | median time per update |",
+             "|" + "---|" * 7]
     rows = 0
     for cell in seed_major(grid(study), study.seeds):
         row = training_dynamics(read_records(workdir / "cells" / cell.name))
@@ -346,6 +348,7 @@ def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
         skipped = f"{row.skipped} of {row.steps}" if row.steps else str(row.skipped)
         lines.append(f"| {cell.name} | {row.updates} | {row.median_kl:.2g} ({row.max_kl:.2g}) | "
                      + " -> ".join(f"{e:.2f}" for e in row.entropy)
+                     + f" | {_number(row.explained_variance[0])} ({_number(row.explained_variance[1])})"
                      + f" | {skipped} | {format_seconds(row.median_seconds)} |")
     return lines if rows else []
 
@@ -458,6 +461,8 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
         if report.get("heatmap"):
             plot_heatmap(study, results, workdir / "heatmap.png")
     header = ["group", "seeds", f"final {metric}", "final success"]
+    if metric != "discounted_return" and any(r.final_discounted[2] for r in results):
+        header.append("final discounted_return")
     if any(r.theory is not None for r in results):
         header.append("optimum under its discount")
     if threshold is not None:
@@ -472,6 +477,8 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in results:
         row = [r.label, str(len(r.seeds)), _fmt(*r.final_return), _fmt(*r.final_success)]
+        if "final discounted_return" in header:
+            row.append(_fmt(*r.final_discounted))
         if "optimum under its discount" in header:
             row.append("-" if r.theory is None else f"{r.theory:.3f}")
         if threshold is not None:
@@ -484,9 +491,9 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Per cell (finished and running; the group rows above count finished cells only; time in updates "
               "excludes start-up and compilation):", ""] + per_cell
-    counts = success_count_table(study, workdir)
-    if counts:
-        lines += [""] + counts
+    for table in (success_count_table(study, workdir), success_speed_table(study, workdir)):
+        if table:
+            lines += [""] + table
     outcomes = step_outcome_table(study, workdir)
     if outcomes:
         lines += [""] + outcomes

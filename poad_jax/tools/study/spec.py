@@ -138,6 +138,7 @@ def load_study(path: str | pathlib.Path) -> Study:
     )
     reference_ranges(study)  # a malformed report option fails here, before any cell runs
     best_program_options(study)
+    success_speed_option(study)
     return study
 
 
@@ -223,6 +224,24 @@ def best_program_options(study: Study) -> tuple[bool, dict[str, float]]:
             raise StudyError(f"study {study.name!r}: best_programs reference {label!r} must be a number, "
                              f"not {value!r}") from None
     return rescore, values
+
+
+def success_speed_option(study: Study) -> tuple[float, int] | None:
+    """Report option `success_speed = {"rate": 0.5, "episodes": 16}` (or True for those): the success rate
+    and episode window of the report's learning-speed table, as (rate, episodes); None without it.  A
+    malformed option is a StudyError naming what is wrong (load_study checks it)."""
+    option = study.report.get("success_speed")
+    if not option:
+        return None
+    option = {} if option is True else option
+    usage = 'report option success_speed must be True or {"rate": r in (0, 1], "episodes": n >= 1}'
+    if not isinstance(option, dict) or set(option) - {"rate", "episodes"}:
+        raise StudyError(f"study {study.name!r}: {usage}")
+    rate, episodes = option.get("rate", 0.5), option.get("episodes", 16)
+    if (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= 1
+            or isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1):
+        raise StudyError(f"study {study.name!r}: {usage}, got {option!r}")
+    return float(rate), int(episodes)
 
 
 def _set_field(config: ml_collections.ConfigDict, field: str, value: Any) -> None:
