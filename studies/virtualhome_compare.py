@@ -26,7 +26,8 @@ cell of this study ran; no setting changes after a cell has run):
   steps to the first success and to a success rate of 0.5 over 16 episodes
   (report option success_speed; whole updates are taken back until they hold
   16 episodes), successful episodes with Wilson intervals, KL / entropy /
-  explained-variance dynamics.
+  explained-variance dynamics. (This item's report options were amended on
+  2026-11-26, eighth session, still before any cell ran.)
   The README's VirtualHome headline states this study's result, whatever it is.
 - Also measured where the machine still holds the checkpoints (the cells
   trained in this pass): POAD's and NTPO's behaviour here is the action
