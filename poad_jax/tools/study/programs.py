@@ -111,7 +111,8 @@ def best_programs_section(study: Study, workdir: pathlib.Path) -> list[str]:
     groups: dict[str, list[float]] = {}
     for cell, best in kept:
         groups.setdefault(", ".join(label for _, label in cell.group), []).append(best.mean_auc)
-    lines += ["", "| group or reference | cells | best mean AUC, mean ± std over cells | highest |", "|---|---|---|---|"]
+    lines += ["", "| group or reference | cells | best mean AUC, mean ± std over cells | highest |",
+              "|---|---|---|---|"]
     for label, values in groups.items():
         spread = f" ± {np.std(values, ddof=1):.4f}" if len(values) > 1 else ""
         lines.append(f"| {label} | {len(values)} | {np.mean(values):.4f}{spread} | {max(values):.4f} |")

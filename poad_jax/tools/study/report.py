@@ -116,9 +116,9 @@ def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
         predicted = float(theory(cell_config(study, cells[0]))) if theory and cells else None
         results.append(GroupResult(
             label=", ".join(label for _, label in group), group=group, seeds=seeds,
-            final_return=mean_std(finals), final_success=mean_std(successes), final_discounted=mean_std(discounted),
-            threshold_steps=reach,
-            theory=predicted, curves=curves, success_curves=success_curves,
+            final_return=mean_std(finals), final_success=mean_std(successes),
+            final_discounted=mean_std(discounted), threshold_steps=reach, theory=predicted, curves=curves,
+            success_curves=success_curves,
         ))
     return results
 
@@ -309,9 +309,10 @@ class Dynamics:
 
 def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
     """Medians and extremes over updates u of approx_kl_u, of the critic's explained_variance_u and of
-    t_u = sum_phase seconds_phase,u; entropy at updates 1, ceil(U / 2), U; skipped = sum_u skipped_minibatches_u and, with f_u = skipped_u their
-    fraction, steps = sum_u skipped_minibatches_u / f_u over the updates with f_u > 0, else their count
-    / f taken from any update's epochs x minibatches (None when the records carry no approx_kl)."""
+    t_u = sum_phase seconds_phase,u; entropy at updates 1, ceil(U / 2), U; skipped = sum_u
+    skipped_minibatches_u and, with f_u = skipped_u their fraction, steps = sum_u skipped_minibatches_u / f_u
+    over the updates with f_u > 0, else their count / f taken from any update's epochs x minibatches (None
+    when the records carry no approx_kl)."""
     kept = [r for r in records if r.get("approx_kl") is not None and not math.isnan(float(r["approx_kl"]))]
     if not kept:
         return None
@@ -333,7 +334,8 @@ def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
 
 def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
     """Markdown lines, one row per cell with PPO diagnostics: median (max) per-update approx KL, the
-    entropy's path, the critic's median (min) explained variance, minibatch steps skipped by the KL threshold, median time per update; [] without any."""
+    entropy's path, the critic's median (min) explained variance, minibatch steps skipped by the KL
+    threshold, median time per update; [] without any."""
     lines = ["Training dynamics per cell (approx KL and entropy as the learner logs them: per token for "
              "token-level methods, per action for TWOSOME):", "",
              "| cell | updates | median (max) approx KL | entropy: first -> half-way -> last update | "
