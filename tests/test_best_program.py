@@ -207,6 +207,13 @@ def test_best_program_survives_kill_minus_nine_and_resume(tmp_path, program_scor
 
 
 def test_rescore_without_a_best_program_is_one_line(tmp_path, capsys):
-    assert best_program.main(["--workdir", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error:") and "no best_program.json" in err[0]
+    """A run directory without a best program, a directory that is no run directory and a missing one:
+    each its own line."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    for workdir, said in ((run, f"error: {run} holds no best_program.json (no program has run successfully yet)"),
+                          (tmp_path, f"error: {tmp_path} is not a run directory (no config.json)"),
+                          (tmp_path / "gone", f"error: no run directory at {tmp_path / 'gone'}")):
+        assert best_program.main(["--workdir", str(workdir)]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [said]

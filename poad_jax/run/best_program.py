@@ -173,7 +173,12 @@ def rescore(workdir: pathlib.Path):
     """(kept BestProgram, CandidateResult of running it again on the same five splits)."""
     import envs_py
 
-    best = read_best(pathlib.Path(workdir))
+    workdir = pathlib.Path(workdir)
+    if not workdir.is_dir():
+        raise BestProgramError(f"no run directory at {workdir}")
+    best = read_best(workdir)
+    if best is None and not (workdir / "config.json").exists():
+        raise BestProgramError(f"{workdir} is not a run directory (no config.json)")
     if best is None:
         raise BestProgramError(f"{workdir} holds no {RECORD_FILE} (no program has run successfully yet)")
     try:
