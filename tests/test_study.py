@@ -197,6 +197,8 @@ def test_one_line_errors(tmp_path, finished_grid):
     a_file.write_text("")
     one_line_error(run_cli(f"--study={other}", f"--workdir={a_file}"), "is a file")
     one_line_error(run_cli(f"--study={other}", f"--workdir={tmp_path / 'never'}", "--report"), "holds no study")
+    one_line_error(run_cli(f"--study={other}", f"--workdir={workdir}", "--report", "--seeds=1"),
+                   "--seeds and --up-to choose what to run; --report runs nothing")
     assert not (tmp_path / "w").exists() or not any((tmp_path / "w").iterdir())
 
 

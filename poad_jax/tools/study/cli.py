@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             raise StudyError(f"--workers must be >= 1, got {args.workers}")
         if args.up_to is not None and args.up_to < 1:
             raise StudyError(f"--up-to must be >= 1 env step, got {args.up_to}")
+        if args.report and (args.seeds is not None or args.up_to is not None):
+            raise StudyError("--seeds and --up-to choose what to run; --report runs nothing and reports every "
+                             "seed that has run: drop them, or drop --report")
         study = load_study(args.study)
         seeds = parse_seeds(args.seeds)
         # Relative to where the command runs, as train's ./runs is.
