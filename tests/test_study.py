@@ -180,6 +180,26 @@ def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None
         assert fragment in lines[0]
 
 
+def test_a_report_of_some_seeds_goes_beside_the_whole_one(finished_grid, tmp_path):
+    """`--report --seeds=1` writes a report of seed 1's cells alone into <workdir>/<study>_seeds_1/ and
+    publishes it under that name; the whole report stays as it was; an unknown seed is one line."""
+    study_file, workdir, _ = finished_grid
+    whole = (workdir / "report.md").read_text()
+    done = run_cli(f"--study={study_file}", f"--workdir={workdir}", "--report", "--seeds=1",
+                   f"--publish={tmp_path / 'published'}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    part = (workdir / "toy_grid_seeds_1" / "report.md").read_text()
+    assert (workdir / "report.md").read_text() == whole
+    assert part.startswith("# Study `toy_grid_seeds_1`") and "(return.png)" in part
+    assert "| POAD__seed=1 |" in part and "| NTPO__seed=1 |" in part and "__seed=0 |" not in part
+    assert "| POAD | 1 |" in part and "| POAD | 2 |" in whole  # one seed per group against two
+    published = (tmp_path / "published" / "toy_grid_seeds_1.md").read_text()
+    assert "(toy_grid_seeds_1_return.png)" in published
+    assert (tmp_path / "published" / "toy_grid_seeds_1_return.png").exists()
+    one_line_error(run_cli(f"--study={study_file}", f"--workdir={workdir}", "--report", "--seeds=7"),
+                   "--seeds 7: study 'toy_grid' has seeds 0,1")
+
+
 def test_one_line_errors(tmp_path, finished_grid):
     one_line_error(run_cli(f"--study={tmp_path / 'missing.py'}"), "no study file")
     broken = tmp_path / "broken.py"
@@ -197,8 +217,8 @@ def test_one_line_errors(tmp_path, finished_grid):
     a_file.write_text("")
     one_line_error(run_cli(f"--study={other}", f"--workdir={a_file}"), "is a file")
     one_line_error(run_cli(f"--study={other}", f"--workdir={tmp_path / 'never'}", "--report"), "holds no study")
-    one_line_error(run_cli(f"--study={other}", f"--workdir={workdir}", "--report", "--seeds=1"),
-                   "--seeds and --up-to choose what to run; --report runs nothing")
+    one_line_error(run_cli(f"--study={other}", f"--workdir={workdir}", "--report", "--up-to=8"),
+                   "--up-to chooses how far to run; --report runs nothing")
     assert not (tmp_path / "w").exists() or not any((tmp_path / "w").iterdir())
 
 

@@ -40,13 +40,14 @@ instead of being run again.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import sys
 
-
 from poad_jax.tools.study.report import publish, write_report
-from poad_jax.tools.study.scheduler import read_json, run_study
-from poad_jax.tools.study.spec import STUDY_FILE, StudyError, load_study
+from poad_jax.tools.study.scheduler import chosen_seeds, read_json, run_study
+from poad_jax.tools.study.spec import STUDY_FILE, Study, StudyError, load_study
+
 
 def parse_seeds(text: str | None) -> tuple[int, ...] | None:
     """`--seeds=1,2` as (1, 2); None when the option is absent."""
@@ -58,6 +59,12 @@ def parse_seeds(text: str | None) -> tuple[int, ...] | None:
         raise StudyError(f"--seeds takes whole numbers separated by commas, e.g. --seeds=1,2; got {text!r}") from None
 
 
+def seeds_study(study: Study, seeds: tuple[int, ...]) -> Study:
+    """The study restricted to `seeds`, named `<name>_seeds_3_4` for seeds (3, 4): its report (`--report
+    --seeds=3,4`) goes to `<workdir>/<that name>/` and publishes as `<that name>.md`."""
+    return dataclasses.replace(study, seeds=tuple(seeds), name=f"{study.name}_seeds_{'_'.join(map(str, seeds))}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m poad_jax.study", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -67,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog="examples:\n"
                "  python -m poad_jax.study --study=studies/gamma_w.py --workers=2   # re-run the same to resume\n"
                "  python -m poad_jax.study --study=studies/gamma_w.py --report      # aggregate only\n"
+               "  python -m poad_jax.study --study=studies/gamma_w.py --report --seeds=3,4  # those seeds alone\n"
                "the study file's format: poad_jax/tools/study/cli.py; docs/guide.md has a small one")
     parser.add_argument("--study", required=True, help="study file, e.g. studies/gamma_w.py")
     parser.add_argument("--workdir", default=None, help="default: ./runs/studies/<study name>")
@@ -78,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                              "it to continue them to the end)")
     parser.add_argument("--seeds", default=None, metavar="S[,S...]",
                         help="run only these of the study's seeds, e.g. --seeds=1,2 (a pass that fits one "
-                             "session or one lent machine; the report covers every seed that has run)")
+                             "session or one lent machine; the report covers every seed that has run); with "
+                             "--report: a report of these seeds alone, in <workdir>/<study>_seeds_1_2/")
     parser.add_argument("--publish", default=None, metavar="DIR",
                         help="also copy the report and its figures to DIR (e.g. docs/results)")
     args = parser.parse_args(argv)
@@ -87,19 +96,22 @@ def main(argv: list[str] | None = None) -> int:
             raise StudyError(f"--workers must be >= 1, got {args.workers}")
         if args.up_to is not None and args.up_to < 1:
             raise StudyError(f"--up-to must be >= 1 env step, got {args.up_to}")
-        if args.report and (args.seeds is not None or args.up_to is not None):
-            raise StudyError("--seeds and --up-to choose what to run; --report runs nothing and reports every "
-                             "seed that has run: drop them, or drop --report")
+        if args.report and args.up_to is not None:
+            raise StudyError("--up-to chooses how far to run; --report runs nothing: drop one of them")
         study = load_study(args.study)
         seeds = parse_seeds(args.seeds)
         # Relative to where the command runs, as train's ./runs is.
         workdir = pathlib.Path(args.workdir) if args.workdir else pathlib.Path("runs") / "studies" / study.name
+        out = workdir
         if args.report:
             if not (workdir / STUDY_FILE).exists():
                 raise StudyError(f"{workdir} holds no study yet: run it first (without --report)")
             recorded = read_json(workdir / STUDY_FILE) or {}
             if not study.recorded_in(recorded):
                 raise StudyError(f"workdir {workdir} holds another study ({recorded.get('identity')})")
+            if seeds is not None:  # a report of these seeds alone, beside the whole one
+                study = seeds_study(study, chosen_seeds(study, seeds))
+                out = workdir / study.name
         else:
             status = run_study(study, workdir, workers=args.workers, reuse=not args.no_reuse, up_to=args.up_to,
                                  seeds=seeds)
@@ -107,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             if failed:
                 print(f"{len(failed)} cell(s) failed: {', '.join(failed[:5])}"
                       + (" ..." if len(failed) > 5 else "") + "; re-run the same command to retry them")
-        path = write_report(study, workdir)
+        path = write_report(study, workdir, out)
         print(f"report: {path}")
         if args.publish:
-            print(f"published: {publish(study, workdir, pathlib.Path(args.publish))}")
+            print(f"published: {publish(study, workdir, pathlib.Path(args.publish), out)}")
     except StudyError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

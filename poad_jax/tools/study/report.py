@@ -413,15 +413,18 @@ def provenance(study: Study, workdir: pathlib.Path) -> str:
             + (f" ({reused} cells reused from sibling studies, whose time counts there)." if reused else "."))
 
 
-def publish(study: Study, workdir: pathlib.Path, directory: pathlib.Path) -> pathlib.Path:
-    """Copies the report's figures to `directory/<study>_*.png` and writes `directory/<study>.md`."""
+def publish(study: Study, workdir: pathlib.Path, directory: pathlib.Path,
+            report_dir: pathlib.Path | None = None) -> pathlib.Path:
+    """Copies the report's figures (in `report_dir`, default `workdir`) to `directory/<study>_*.png` and
+    writes `directory/<study>.md`."""
     import shutil
 
+    report_dir = workdir if report_dir is None else report_dir
     directory.mkdir(parents=True, exist_ok=True)
-    text = (workdir / "report.md").read_text()
+    text = (report_dir / "report.md").read_text()
     line = provenance(study, workdir)  # before writing: the commit is not "-dirty" from this report's own files
     for figure in FIGURES:
-        source = workdir / f"{figure}.png"
+        source = report_dir / f"{figure}.png"
         if source.exists():
             shutil.copyfile(source, directory / f"{study.name}_{figure}.png")
             text = text.replace(f"({figure}.png)", f"({study.name}_{figure}.png)")
@@ -441,9 +444,10 @@ def shown_path(path: pathlib.Path) -> str:
     return str(path)
 
 
-def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
+def write_report(study: Study, workdir: pathlib.Path, out: pathlib.Path | None = None) -> pathlib.Path:
     """Writes `report.md`, `return.png`, `success.png` (and `heatmap.png`, and `steps.png` with report
-    option `steps`) into `workdir`."""
+    option `steps`) on the cells in `workdir`, into `out` (default `workdir`)."""
+    out = workdir if out is None else out
     results = aggregate(study, workdir)
     per_cell = cell_table(study, workdir)
     if len(per_cell) == 2:
@@ -454,14 +458,15 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
     threshold = report.get("threshold")
     reference_label, reference = reference_ranges(study)
     any_finished = any(r.curves for r in results)
+    out.mkdir(parents=True, exist_ok=True)
     for figure in FIGURES:  # none left from an earlier report
-        (workdir / f"{figure}.png").unlink(missing_ok=True)
-    stepped = bool(report.get("steps")) and plot_step_curves(study, workdir, workdir / "steps.png")
+        (out / f"{figure}.png").unlink(missing_ok=True)
+    stepped = bool(report.get("steps")) and plot_step_curves(study, workdir, out / "steps.png")
     if any_finished:
-        plot_curves(study, results, workdir / "return.png", "return")
-        plot_curves(study, results, workdir / "success.png", "success")
+        plot_curves(study, results, out / "return.png", "return")
+        plot_curves(study, results, out / "success.png", "success")
         if report.get("heatmap"):
-            plot_heatmap(study, results, workdir / "heatmap.png")
+            plot_heatmap(study, results, out / "heatmap.png")
     header = ["group", "seeds", f"final {metric}", "final success"]
     if metric != "discounted_return" and any(r.final_discounted[2] for r in results):
         header.append("final discounted_return")
@@ -513,6 +518,6 @@ def write_report(study: Study, workdir: pathlib.Path) -> pathlib.Path:
         lines += ["", "No cell has finished yet: the seed-band figures come with the first finished cell."]
     if stepped:
         lines += ["", "![steps](steps.png)"]
-    path = workdir / "report.md"
+    path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
