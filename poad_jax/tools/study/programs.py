@@ -110,7 +110,7 @@ def best_programs_section(study: Study, workdir: pathlib.Path) -> list[str]:
         lines.append(_cell_row(cell.name, best, steps, rescored(cell_dir) if rescore_them else None))
     groups: dict[str, list[float]] = {}
     for cell, best in kept:
-        groups.setdefault(", ".join(label for _, label in cell.group), []).append(best.mean_auc)
+        groups.setdefault(cell.group_label, []).append(best.mean_auc)
     lines += ["", "| group or reference | cells | best mean AUC, mean ± std over cells | highest |",
               "|---|---|---|---|"]
     for label, values in groups.items():

@@ -15,7 +15,7 @@ from poad_jax.tools.study.figures import plot_curves, plot_heatmap, plot_step_cu
 from poad_jax.tools.study.programs import best_programs_section
 from poad_jax.tools.study.scheduler import (cell_finished, format_seconds, read_json, read_records, repo_commit,
                                              seed_major, this_machine)
-from poad_jax.tools.study.speed import episodes_per_update, success_speed_table
+from poad_jax.tools.study.speed import episodes_per_update, steps_to_first_success, success_speed_table
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
                                         reference_ranges)
 
@@ -144,7 +144,8 @@ class CellSummary:
 def summarise_cell(study: Study, workdir: pathlib.Path, cell: Cell) -> CellSummary | None:
     """The cell's row of the per-cell table, or None before its first logged update.
 
-        first_success = min { env_steps_u : success_rate_u > 0 },  seconds = sum_u sum_phase seconds_phase,u
+        first_success = min { env_steps_u : success_rate_u > 0 } (`speed.steps_to_first_success`),
+        seconds = sum_u sum_phase seconds_phase,u
     """
     cell_dir = workdir / "cells" / cell.name
     records = read_records(cell_dir)
@@ -153,11 +154,10 @@ def summarise_cell(study: Study, workdir: pathlib.Path, cell: Cell) -> CellSumma
     total = int(cell_config(study, cell).total_env_steps)
     metric = study.report.get("metric", "episode_return")
     fraction = float(study.report.get("final_fraction", 0.1))
-    successes = [r["env_steps"] for r in records if (r.get("success_rate") or 0.0) > 0.0]
     return CellSummary(
         name=cell.name, finished=cell_finished(cell_dir, total), env_steps=int(records[-1].get("env_steps") or 0),
         total_env_steps=total, episodes=int(records[-1].get("episodes") or 0),
-        first_success=float(successes[0]) if successes else float("nan"),
+        first_success=steps_to_first_success(records),
         final_return=final_value(records, metric, fraction), final_success=final_value(records, "success_rate", fraction),
         seconds=float(sum(float(r.get(key) or 0.0) for r in records for key in PHASE_SECONDS)),
     )

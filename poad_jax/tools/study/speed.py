@@ -72,13 +72,13 @@ def success_speed_table(study: Study, workdir: pathlib.Path) -> list[str]:
     if option is None:
         return []
     rate, episodes = option
-    groups: dict[tuple, list[tuple[int, float, float]]] = {}
+    groups: dict[str, list[tuple[int, float, float]]] = {}  # group label -> (seed, first, rate) per cell
     any_episode = False
     for cell in seed_major(grid(study), study.seeds):
         records = read_records(workdir / "cells" / cell.name)
         if records:
             any_episode = any_episode or bool(episodes_per_update(records))
-            groups.setdefault(cell.group, []).append(
+            groups.setdefault(cell.group_label, []).append(
                 (cell.seed, steps_to_first_success(records), steps_to_success_rate(records, rate, episodes)))
     if not any_episode:
         return []
@@ -87,8 +87,7 @@ def success_speed_table(study: Study, workdir: pathlib.Path) -> list[str]:
              "episodes (whole updates, taken back until they hold that many):", "",
              "| group | first success, per seed | mean (cells) | "
              f"success >= {rate:g} over {episodes} episodes, per seed | mean (cells) |", "|---|---|---|---|---|"]
-    for group, rows in groups.items():
-        label = ", ".join(label for _, label in group)
+    for label, rows in groups.items():
         first = ", ".join(f"{seed}: {_steps(steps)}" for seed, steps, _ in rows)
         half = ", ".join(f"{seed}: {_steps(steps)}" for seed, _, steps in rows)
         lines.append(f"| {label} | {first} | {_mean([r[1] for r in rows])} | {half} | "
