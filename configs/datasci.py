@@ -4,8 +4,9 @@ Default: POAD on balance_scale (fully offline) with the code model
 Qwen2.5-Coder-0.5B-Instruct (about 3 in 4 of its programs run before
 training), sized for a 2-core CPU: 2 updates of 8 threads x 1 step (16
 programs) and 256 new tokens, matmuls in the precision the machine
-multiplies natively; 7-9 minutes on a quiet 2-core CPU with AMX, about 11
-on a quiet 2-core AVX2 CPU (docs/performance.md, "The default job").
+multiplies natively; about 7-8 minutes on a quiet 2-core AVX2 CPU, 20 with
+a second job beside it (docs/performance.md, "The default job as a user
+runs it").
 configs/datasci_smollm2.py is a quick smoke run with SmolLM2-135M-Instruct;
 configs/datasci_qwen.py the preset of studies/datasci_qwen.py.  Paper scale
 (a GPU): --config.num_threads=4 --config.rollout_length=8 --config.total_env_steps=10000.

@@ -1,5 +1,5 @@
 """The preset of studies/datasci_qwen.py: the default configs/datasci.py
-(Qwen2.5-Coder-0.5B-Instruct, 256 new tokens, bfloat16 matmuls) with the
+(Qwen2.5-Coder-0.5B-Instruct, 256 new tokens, matmul_dtype "auto") with the
 study's rollout shape, 4 threads x 4 steps per update.
 
 Kept as the study ran it, so that its published cells stay resumable

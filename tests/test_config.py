@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -201,6 +202,16 @@ def test_one_table_of_resumable_fields():
     assert refused == ["seed"] and safe == {"mesh.data": [1, 2]}
     same_numbers = {name for name, kind in config_lib.RESUMABLE_FIELDS.items() if kind in config_lib.SAME_NUMBERS}
     assert same_numbers == {"total_env_steps", "tensorboard", "plot", "log_actions"}
+
+
+
+def test_the_resume_paragraph_names_every_resumable_field():
+    """docs/configuration.md's paragraph on what a re-run may change names each of `RESUMABLE_FIELDS`
+    (the list grew in the code while the paragraph stood still once)."""
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    paragraph = next(p for p in text.split("\n\n") if "may change" in p and "config_changes.jsonl" in p)
+    named = set(re.findall(r"`([a-z_.]+)`", paragraph))
+    assert set(config_lib.RESUMABLE_FIELDS) - named == set()
 
 
 def test_one_dotted_name_walker_names_the_closest_field():

@@ -431,7 +431,8 @@ def _cpu_model() -> str:
 
 def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
     """Report option `steps` (DataSciCoding: runnable programs and their AUC): counts, fraction, the mean
-    reward of succeeded steps weighted by step (all and last 25%), the best reward; rows parsed back."""
+    reward of succeeded steps weighted by step (all and last 25%), the best reward, the actions cut off by
+    the token limit ("-" for a run that does not log them); rows parsed back."""
     study = spec.load_study(write_study(
         tmp_path, updates=4, seeds=(0,), extra_report=', "final_fraction": 0.25, '
         '"steps": {"succeeded": "runnable", "reward": "AUC"}'))
@@ -443,19 +444,20 @@ def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
                 "success_rate": 0.0, "steps_succeeded": k, "success_reward_mean": m,
                 "best_step_reward": None if m is None else max(x for x in means[1:u + 1])}
                for u, (k, m) in enumerate(zip(counts, means))]
-    _fake_cell(workdir, "POAD__seed=0", records, "done")
+    cut = [2, 0, 7, 1]
+    _fake_cell(workdir, "POAD__seed=0", [{**r, "actions_cut_off": c} for r, c in zip(records, cut)], "done")
     _fake_cell(workdir, "NTPO__seed=0", records[:2], "running")
     report.write_report(study, workdir)
     text = (workdir / "report.md").read_text()
     assert "| cell | status | env steps | runnable | fraction runnable | mean AUC of runnable |" in text
     rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in text.splitlines())
-            if len(c) == 8 and c[0] in ("POAD__seed=0", "NTPO__seed=0") and c[3].isdigit()}
+            if len(c) == 9 and c[0] in ("POAD__seed=0", "NTPO__seed=0") and c[3].isdigit()}
     hand_mean = sum(k * m for k, m in zip(counts[1:], means[1:])) / sum(counts)
     assert rows["POAD__seed=0"][2:] == ["64", "9", f"{9 / 64:.3f}", f"{hand_mean:.3f}", f"{means[3]:.3f}",
-                                        f"{max(means[1:]):.3f}"]  # last 25% of 64 steps: update 4 alone
+                                        f"{max(means[1:]):.3f}", str(sum(cut))]  # last 25%: update 4 alone
     assert rows["NTPO__seed=0"][1] == "running (32 of 64)"
     assert rows["NTPO__seed=0"][3:] == ["3", f"{3 / 32:.3f}", f"{means[1]:.3f}", f"{means[1]:.3f}",
-                                        f"{means[1]:.3f}"]
+                                        f"{means[1]:.3f}", "-"]
     assert "![steps](steps.png)" in text and (workdir / "steps.png").stat().st_size > 0
     (tmp_path / "plain").mkdir()
     plain = spec.load_study(write_study(tmp_path / "plain", updates=4, seeds=(0,)))
@@ -466,22 +468,30 @@ def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
 
 def test_step_curves_per_update_share_mean_best_kl_entropy():
     """`figures.step_curves` against the hand computation: the share of an update's own env steps that
-    succeeded (updates of unequal size), the succeeded steps' mean reward (NaN where none), the best so
-    far, KL and entropy passed through; a missing value is NaN, never 0."""
+    succeeded and that the token limit cut off (updates of unequal size), the succeeded steps' mean reward
+    (NaN where none), the best so far, KL and entropy passed through; a missing value is NaN, never 0."""
     rng = np.random.default_rng(4)
     sizes, counts = [8, 8, 16, 8], [0, 5, 3, 8]
     steps = np.cumsum(sizes)
     means = [None, *rng.uniform(0.4, 0.9, 3).tolist()]
     kls, entropies = rng.uniform(1e-5, 1e-2, 4).tolist(), rng.uniform(0.1, 2.0, 4).tolist()
+    cut = [3, 0, 5, 2]
     records = [{"env_steps": int(s), "steps_succeeded": k, "success_reward_mean": m, "approx_kl": kl,
-                "entropy": e, "best_step_reward": None if m is None else max(x for x in means[1:u + 1])}
-               for u, (s, k, m, kl, e) in enumerate(zip(steps, counts, means, kls, entropies))]
+                "entropy": e, "best_step_reward": None if m is None else max(x for x in means[1:u + 1]),
+                "actions_cut_off": c}
+               for u, (s, k, m, kl, e, c) in enumerate(zip(steps, counts, means, kls, entropies, cut))]
     records[2].pop("entropy")
+    records[1].pop("actions_cut_off")
     curves = figures.step_curves(records)
     assert set(curves) == set(figures.STEP_PANELS)
     for panel, (x, _) in curves.items():
         np.testing.assert_array_equal(x, steps, err_msg=panel)
     np.testing.assert_allclose(curves["share"][1], [0 / 8, 5 / 8, 3 / 16, 8 / 8])
+    np.testing.assert_allclose(curves["cut_off"][1], [3 / 8, np.nan, 5 / 16, 2 / 8])
+    assert figures.logged_panels([curves]) == list(figures.STEP_PANELS)
+    unlogged = figures.step_curves([{k: v for k, v in r.items() if k != "actions_cut_off"} for r in records])
+    assert figures.logged_panels([unlogged]) == [p for p in figures.STEP_PANELS if p != "cut_off"]
+    assert figures.logged_panels([unlogged, curves]) == list(figures.STEP_PANELS)
     np.testing.assert_allclose(curves["mean"][1], [np.nan, *means[1:]])
     np.testing.assert_allclose(curves["best"][1], [np.nan, means[1], max(means[1:3]), max(means[1:])])
     np.testing.assert_allclose(curves["approx_kl"][1], kls)

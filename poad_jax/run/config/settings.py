@@ -184,7 +184,7 @@ class Mesh:
 
 @dataclasses.dataclass(frozen=True)
 class Distributed:
-    """Several processes, one per host (`config.distributed`; README "Several hosts")."""
+    """Several processes, one per host (`config.distributed`; docs/distributed.md, "Several hosts")."""
 
     coordinator: str = setting(
         "", "process 0's host:port (with num_processes and process_id), 'auto' (JAX detects SLURM, Open MPI, "

@@ -13,6 +13,7 @@ dotted paths, which ConfigDict keys cannot hold):
         "variant": [                          # a value may be a dict of coupled overrides ...
             {"label": "POAD", "method": "poad"},
             {"label": "NTPO 0.9", "method": "ntpo", "gamma_w": 0.9},
+            # "config_argument": "poad" loads base_config as `<file>:poad` (a per-method preset)
         ],
         "env.kwargs.action_length": [2, 4, 8],  # ... or a scalar for the axis's own field
     },
@@ -22,7 +23,8 @@ dotted paths, which ConfigDict keys cannot hold):
             "theory": "poad_jax.tools.theory:save_or_take_optimum",
             "steps": {"succeeded": "runnable", "reward": "AUC"},  # a table of succeeded steps per cell
             "best_programs": {"rescore": True, "reference": {"paper": 0.9651}},  # DataSciCoding's best programs
-            "success_speed": {"rate": 0.5, "episodes": 16}},  # env steps to the first success and to 0.5
+            "success_speed": {"rate": 0.5, "episodes": 16},  # env steps to the first success and to 0.5
+            "reference": {"label": "paper", "values": {"POAD, 8": (3.8, 4.0)}}},  # published values by group
 
 Each cell is an ordinary run directory of `poad_jax.train` (`<workdir>/cells/<cell>`, the
 workdir by default `./runs/studies/<name>`, relative to where the command runs), run as its own

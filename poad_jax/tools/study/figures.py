@@ -28,13 +28,14 @@ def smooth(values: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
-STEP_PANELS = ("share", "mean", "best", "approx_kl", "entropy")
+STEP_PANELS = ("share", "cut_off", "mean", "best", "approx_kl", "entropy")
 
 
 def step_curves(records: list[dict[str, Any]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per update u, at env step s_u (s_0 = 0), what a DataSciCoding user watches:
 
         share_u = k_u / (s_u - s_{u-1})      (k_u = steps_succeeded_u: the programs that ran)
+        cut_off_u = c_u / (s_u - s_{u-1})    (c_u = actions_cut_off_u: actions the token limit ended)
         mean_u  = success_reward_mean_u      (their mean AUC; NaN when none ran)
         best_u  = best_step_reward_u         (the best AUC so far, a running max the trainer keeps)
         approx_kl_u, entropy_u               (as the learner logs them)
@@ -47,12 +48,19 @@ def step_curves(records: list[dict[str, Any]]) -> dict[str, tuple[np.ndarray, np
     steps = np.array([float(r.get("env_steps") or 0) for r in records])
     taken = np.diff(np.concatenate([[0.0], steps]))
     counts = np.array([float(r.get("steps_succeeded") or 0) for r in records])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(taken > 0, counts / np.where(taken > 0, taken, 1.0), np.nan)
+    cut = np.array([value(r, "actions_cut_off") for r in records])
+    per_step = np.where(taken > 0, taken, 1.0)
+    share, cut_off = (np.where(taken > 0, x / per_step, np.nan) for x in (counts, cut))
     named = {"mean": "success_reward_mean", "best": "best_step_reward", "approx_kl": "approx_kl", "entropy": "entropy"}
-    curves = {"share": (steps, share)}
+    curves = {"share": (steps, share), "cut_off": (steps, cut_off)}
     curves.update({panel: (steps, np.array([value(r, key) for r in records])) for panel, key in named.items()})
     return curves
+
+
+def logged_panels(cells: list[dict[str, tuple[np.ndarray, np.ndarray]]]) -> list[str]:
+    """The `STEP_PANELS` some cell's `step_curves` has a value for: runs that do not log one (cut-off
+    actions, before that metric existed) leave its panel out rather than draw an empty one."""
+    return [panel for panel in STEP_PANELS if any(np.any(~np.isnan(c[panel][1])) for c in cells)]
 
 
 def plot_step_curves(study: Study, workdir: pathlib.Path, path: pathlib.Path) -> bool:
@@ -65,7 +73,8 @@ def plot_step_curves(study: Study, workdir: pathlib.Path, path: pathlib.Path) ->
 
     names = study.report.get("steps") or {}
     succeeded, reward = names.get("succeeded", "succeeded"), names.get("reward", "reward")
-    titles = {"share": f"share of steps {succeeded}", "mean": f"mean {reward} of {succeeded} steps",
+    titles = {"share": f"share of steps {succeeded}", "cut_off": "share of actions cut off by the token limit",
+              "mean": f"mean {reward} of {succeeded} steps",
               "best": f"best {reward} so far", "approx_kl": "approx KL per update",
               "entropy": "entropy per token"}
     window = int(study.report.get("smoothing", 1))
@@ -76,16 +85,17 @@ def plot_step_curves(study: Study, workdir: pathlib.Path, path: pathlib.Path) ->
             groups.setdefault(cell.group, []).append(step_curves(records))
     if not groups:
         return False
-    figure, axes = plt.subplots(1, len(STEP_PANELS), figsize=(3.6 * len(STEP_PANELS), 3.2), squeeze=False)
+    panels = logged_panels([c for cells in groups.values() for c in cells])
+    figure, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), squeeze=False)
     positive_kl = False  # a log axis needs a value above 0 (records without a learner have none)
     for index, (group, cells) in enumerate(groups.items()):
         label = f"{', '.join(l for _, l in group)} (n={len(cells)})"
-        for axis, panel in zip(axes[0], STEP_PANELS):
+        for axis, panel in zip(axes[0], panels):
             steps, mean, std = band([c[panel] for c in cells], 1 if panel == "best" else window)
             positive_kl |= panel == "approx_kl" and bool(np.any(mean > 0))
             axis.plot(steps, mean, color=f"C{index % 10}", label=label, linewidth=1.5)
             axis.fill_between(steps, mean - std, mean + std, color=f"C{index % 10}", alpha=0.18, linewidth=0)
-    for axis, panel in zip(axes[0], STEP_PANELS):
+    for axis, panel in zip(axes[0], panels):
         axis.set_title(titles[panel], fontsize=10)
         axis.set_xlabel("env steps")
         axis.grid(alpha=0.3)

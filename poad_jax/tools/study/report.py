@@ -189,6 +189,7 @@ class StepOutcomes:
     mean_reward: float  # over every succeeded step of the run
     final_mean_reward: float  # over the succeeded steps of the updates in the last `final_fraction`
     best_reward: float
+    cut_off: int | None = None  # actions the token limit ended (`actions_cut_off`); None where not logged
 
 
 def step_outcomes(records: list[dict[str, Any]], fraction: float) -> StepOutcomes:
@@ -208,11 +209,12 @@ def step_outcomes(records: list[dict[str, Any]], fraction: float) -> StepOutcome
         return float((counts[keep] * means[keep]).sum() / counts[keep].sum()) if keep.any() else float("nan")
 
     best = [float(r["best_step_reward"]) for r in records if r.get("best_step_reward") is not None]
+    cut = [int(r["actions_cut_off"]) for r in records if r.get("actions_cut_off") is not None]
     return StepOutcomes(
         steps=int(steps[-1]) if len(steps) else 0, succeeded=int(counts.sum()),
         mean_reward=weighted(np.ones(len(records), bool)),
         final_mean_reward=weighted(steps > (1.0 - fraction) * (steps[-1] if len(steps) else 0.0)),
-        best_reward=max(best) if best else float("nan"),
+        best_reward=max(best) if best else float("nan"), cut_off=sum(cut) if cut else None,
     )
 
 
@@ -226,7 +228,8 @@ def step_outcome_table(study: Study, workdir: pathlib.Path) -> list[str]:
     fraction = float(study.report.get("final_fraction", 0.1))
     lines = [f"Steps per cell ({succeeded} steps and their {reward}; means weighted by step):", "",
              f"| cell | status | env steps | {succeeded} | fraction {succeeded} | mean {reward} of {succeeded} | "
-             f"same, last {fraction:.0%} of env steps | best {reward} |", "|" + "---|" * 8]
+             f"same, last {fraction:.0%} of env steps | best {reward} | cut off by the token limit |",
+             "|" + "---|" * 9]
     for cell in seed_major(grid(study), study.seeds):
         cell_dir = workdir / "cells" / cell.name
         records = read_records(cell_dir)
@@ -237,7 +240,8 @@ def step_outcome_table(study: Study, workdir: pathlib.Path) -> list[str]:
         status = "done" if cell_finished(cell_dir, total) else f"running ({row.steps:,} of {total:,})"
         share = row.succeeded / row.steps if row.steps else float("nan")
         lines.append(f"| {cell.name} | {status} | {row.steps:,} | {row.succeeded:,} | {_number(share)} | "
-                     f"{_number(row.mean_reward)} | {_number(row.final_mean_reward)} | {_number(row.best_reward)} |")
+                     f"{_number(row.mean_reward)} | {_number(row.final_mean_reward)} | {_number(row.best_reward)} | "
+                     f"{'-' if row.cut_off is None else f'{row.cut_off:,}'} |")
     return lines
 
 
