@@ -48,7 +48,10 @@ def test_the_section_counts_each_part_by_hand_and_shows_one_example_of_each_outc
     lines = []
     for step in range(1, 65):
         ran = bool(rng.uniform() < (0.8 if step <= 16 else 0.3))
-        info = {"success": ran, "program": f"def build_model(x, y):\n    return model_{step}"}
+        estimator = ["RandomForestClassifier", "SVC", "LogisticRegression"][step % 3 if step <= 32 else 0]
+        info = {"success": ran, "program": f"from sklearn.svm import SVC\nfrom sklearn.ensemble import "
+                f"RandomForestClassifier\nfrom sklearn.linear_model import LogisticRegression\n"
+                f"def build_model(x, y):\n    return {estimator}().fit(x, y)"}
         if not ran:
             info["error"] = ["NameError: name 'LR' is not defined", "Traceback\nKeyError: 0",
                              "TimeoutError: slow"][step % 3]
@@ -73,6 +76,10 @@ def test_the_section_counts_each_part_by_hand_and_shows_one_example_of_each_outc
         top = max(set(failed), key=lambda name: (failed.count(name), -failed.index(name)))
         assert cells[5].startswith(f"{top} ({failed.count(top)})")
         assert cells[6] == f"{np.mean([len(line['action']) for line in part]):.0f}"
+        estimators = [line["info"]["program"].split("return ")[1].split("(")[0] for line in ran]
+        assert cells[7] == ", ".join(f"{name} ({estimators.count(name)})"
+                                     for name in sorted(set(estimators), key=lambda n: (-estimators.count(n),
+                                                                                       estimators.index(n)))[:3])
     first_ok = min(line["env_step"] for line in lines if line["env_step"] <= 16 and line["info"]["success"])
     assert any(row.startswith(f"env step {first_ok} (update {(first_ok - 1) // 8 + 1}), reward ") for row in section)
     assert sum(row.startswith("```python") for row in section) == 4  # ran and failed, in each part
@@ -80,6 +87,20 @@ def test_the_section_counts_each_part_by_hand_and_shows_one_example_of_each_outc
     (cell / "cell.json").write_text(json.dumps({"status": "done"}))
     written = report.write_report(study, workdir).read_text()
     assert "What the policies wrote" in written and rows[0] in written
+
+
+def test_no_classes_column_for_actions_without_programs(tmp_path):
+    """Actions that are not programs (VirtualHome's) leave the classes column out."""
+    study = spec.load_study(write_study(tmp_path))
+    cell = tmp_path / "runs" / "cells" / "POAD__seed=0"
+    cell.mkdir(parents=True)
+    lines = [{"update": 1, "env_step": step, "thread": 0, "action": "walk to the kitchen", "reward": 0.0,
+              "done": False, "info": {"success": step % 2 == 0}} for step in range(1, 9)]
+    (cell / "actions.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    section = actions.actions_section(study, tmp_path / "runs", 0.25)
+    header = next(row for row in section if row.startswith("| cell | part |"))
+    assert header.count("|") == 8 and "classes" not in header
+    assert all(row.count("|") == 8 for row in section if row.startswith("| POAD__seed=0 |"))
 
 
 def test_no_section_without_a_log(tmp_path):

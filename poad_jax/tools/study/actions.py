@@ -1,6 +1,7 @@
 """A study report's section on what its cells' policies wrote, from each cell's `actions.jsonl`
 (`config.log_actions`): per cell, the first and the last part of its env steps side by side (how
-many steps succeeded, their mean reward, the commonest errors, how long the actions were) and one
+many steps succeeded, their mean reward, the commonest errors, how long the actions were and, for
+DataSciCoding's programs, the scikit-learn classes the runnable ones call) and one
 action of each kind from each part, e.g. a program that ran and one that failed, with its AUC or
 its error."""
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from poad_jax.agent.episodes import failure_kind
 from poad_jax.run.action_log import read_actions
+from poad_jax.tools.study.programs import sklearn_classes
 from poad_jax.tools.study.scheduler import seed_major
 from poad_jax.tools.study.spec import Study, grid
 
@@ -48,14 +50,17 @@ def windows(lines: list[dict[str, Any]], fraction: float) -> tuple[list[dict], l
 
 
 def window_row(lines: list[dict[str, Any]], top: int = 3) -> dict[str, Any]:
-    """Steps, successes, the successes' mean reward, the commonest error kinds and the mean action length."""
+    """Steps, successes, the successes' mean reward, the commonest error kinds, the mean action length and
+    the commonest scikit-learn classes the successes' programs call (each counted once per program)."""
     ran = [line for line in lines if succeeded(line)]
+    classes = collections.Counter(name for line in ran
+                                  for name in sklearn_classes(str((line.get("info") or {}).get("program") or "")))
     errors = collections.Counter(error_kind((line.get("info") or {}).get("error")) for line in lines
                                  if not succeeded(line))
     errors.pop("", None)
     rewards = [line["reward"] for line in ran if line.get("reward") is not None]
     return {"steps": len(lines), "succeeded": len(ran), "mean_reward": float(np.mean(rewards)) if rewards else float("nan"),
-            "errors": errors.most_common(top),
+            "errors": errors.most_common(top), "classes": classes.most_common(top),
             "length": float(np.mean([len(line.get("action") or "") for line in lines])) if lines else float("nan")}
 
 
@@ -76,27 +81,29 @@ def actions_section(study: Study, workdir: pathlib.Path, fraction: float) -> lis
     cell one action that succeeded and one that failed from each part; [] when no cell logged actions."""
     names = study.report.get("steps") or {}
     done, reward = names.get("succeeded", "succeeded"), names.get("reward", "reward")
+    logs = {cell.name: lines for cell in seed_major(grid(study), study.seeds)
+            if (lines := read_actions(workdir / "cells" / cell.name))}
+    programs = any((line.get("info") or {}).get("program") for lines in logs.values() for line in lines)
     table = [f"What the policies wrote (`actions.jsonl`): each cell's first and last {fraction:.0%} of logged env "
              "steps:", "", f"| cell | part | env steps | {done} | mean {reward} of {done} | commonest errors | "
-             "mean length (chars) |", "|" + "---|" * 7]
+             "mean length (chars) |" + (f" classes the {done} programs call |" if programs else ""),
+             "|" + "---|" * (8 if programs else 7)]
     examples: list[str] = []
-    for cell in seed_major(grid(study), study.seeds):
-        lines = read_actions(workdir / "cells" / cell.name)
-        if not lines:
-            continue
+    for name, lines in logs.items():
         first, last = windows(lines, fraction)
         shown = []
         for part, chosen in (("first", first), ("last", last)):
             row = window_row(chosen)
             span = f"{chosen[0]['env_step']:,}-{chosen[-1]['env_step']:,}"
-            errors = ", ".join(f"{name} ({count})" for name, count in row["errors"]) or "-"
+            errors = ", ".join(f"{kind} ({count})" for kind, count in row["errors"]) or "-"
             mean = "-" if np.isnan(row["mean_reward"]) else f"{row['mean_reward']:.3f}"
-            table.append(f"| {cell.name} | {part} | {span} | {row['succeeded']} of {row['steps']} | {mean} | "
-                         f"{errors} | {row['length']:.0f} |")
+            classes = ", ".join(f"{cls} ({count})" for cls, count in row["classes"]) or "-"
+            table.append(f"| {name} | {part} | {span} | {row['succeeded']} of {row['steps']} | {mean} | "
+                         f"{errors} | {row['length']:.0f} |" + (f" {classes} |" if programs else ""))
             for wanted in (True, False):
                 example = next((line for line in chosen if succeeded(line) == wanted), None)
                 if example is not None:
                     shown += _shown(example)
-        examples += ["<details><summary>" + cell.name + ": examples from its first and last part</summary>", "",
+        examples += ["<details><summary>" + name + ": examples from its first and last part</summary>", "",
                      *shown, "</details>", ""]
     return table + [""] + examples if examples else []
