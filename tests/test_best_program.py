@@ -207,13 +207,14 @@ def test_best_program_survives_kill_minus_nine_and_resume(tmp_path, program_scor
 
 
 def test_rescore_without_a_best_program_is_one_line(tmp_path, capsys):
-    """A run directory without a best program, a directory that is no run directory and a missing one:
-    each its own line."""
+    """A run directory without a best program, a directory that is no run directory, a missing one and a
+    file: each its own line."""
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text("{}")
     for workdir, said in ((run, f"error: {run} holds no best_program.json (no program has run successfully yet)"),
                           (tmp_path, f"error: {tmp_path} is not a run directory (no config.json)"),
-                          (tmp_path / "gone", f"error: no run directory at {tmp_path / 'gone'}")):
+                          (tmp_path / "gone", f"error: no run directory at {tmp_path / 'gone'}"),
+                          (run / "config.json", f"error: {run / 'config.json'} is a file, not a run directory")):
         assert best_program.main(["--workdir", str(workdir)]) == 2
         assert capsys.readouterr().err.strip().splitlines() == [said]

@@ -77,8 +77,10 @@ def cli(*args: str, env=None, timeout: float = 120) -> subprocess.CompletedProce
         (["--config=configs/toy.py", "--config.envv.name=x"], ["unknown config field envv.name", "did you mean env?"]),
         (["--config=configs/toy.py", "--config.ppo.actor_lr=abc"], ["--config.ppo.actor_lr=abc", "float"]),
         ([], ["--config is required"]),
+        (["--config=configs/toy.py:poad"], ["configs/toy.py takes no :argument", "use --config=configs/toy.py"]),
     ],
-    ids=["missing-config-file", "misspelled-field", "misspelled-parent", "bad-value", "no-config"],
+    ids=["missing-config-file", "misspelled-field", "misspelled-parent", "bad-value", "no-config",
+         "argument-to-a-file-without-one"],
 )
 def test_command_line_mistakes_are_one_line(tmp_path, args, words):
     result = cli(*args, f"--workdir={tmp_path / 'w'}")
@@ -138,7 +140,7 @@ def test_workdir_naming_a_file(capsys, tmp_path):
 
 def test_workdir_in_an_unwritable_place(capsys):
     line = run_main(capsys, toy_config(), pathlib.Path("/proc/poad_jax_run"))
-    assert "cannot use --workdir /proc/poad_jax_run" in line
+    assert "cannot use --workdir /proc/poad_jax_run: /proc is not writable" in line
 
 
 @pytest.mark.parametrize("where", ["file", "impossible"])
@@ -181,6 +183,21 @@ def test_export_out_naming_a_file_and_missing_runs(capsys, tmp_path):
     assert out.read_text() == "keep me"
     assert export.main(["--workdir", str(tmp_path / "no_run"), "--out", str(tmp_path / "a")]) == 2
     assert "no run directory at" in the_error_line(capsys.readouterr().err)
+    assert export.main(["--workdir", str(out), "--out", str(tmp_path / "a")]) == 2
+    assert f"{out} is a file, not a run directory" in the_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("command", ["export --workdir=w --out=o", "evaluate --workdir=w", "best_program --workdir=w",
+                                     "study --study=s.py", "bench backups", "study"])
+def test_an_unknown_flag_is_one_line(command):
+    """argparse's own mistakes (an unknown flag; a required one missing) end as ours do: one `error:` line
+    naming --help, status 2."""
+    name, *args = command.split()
+    result = subprocess.run([sys.executable, "-m", f"poad_jax.{name}", *args, "--no-such-flag=1"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    line = the_error_line(result.stderr)
+    assert ("--study" if command == "study" else "--no-such-flag") in line and "--help` lists the flags" in line
 
 
 def test_evaluate_that_finishes_no_episode(capsys, tmp_path):

@@ -31,7 +31,6 @@ semantics change.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib
@@ -39,6 +38,7 @@ import sys
 from typing import Any
 
 import numpy as np
+from poad_jax.run.config.errors import ArgumentParser
 
 # Largest accepted error per field kind (relative; see `relative_error` and `scalar_error`).
 TOLERANCES = {"scalar": 1e-4, "grad": 1e-4, "delta": 1e-3, "backup": 1e-5, "skip": 0.0}
@@ -479,7 +479,7 @@ def timing_line(name: str, timed: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poad_jax.bench adrl_parity", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m poad_jax.bench adrl_parity", description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="tests/fixtures/adrl_update_cases.npz", help="case file (.npz)")
     parser.add_argument("--semantics", default="adrl", choices=("adrl", "ours"),
                         help="adrl: replay with the authors' semantics; ours: with poad_jax's defaults")

@@ -20,7 +20,6 @@ fastest calls instead (less sensitive to other jobs on a shared machine).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -29,6 +28,7 @@ from typing import Callable
 import jax
 import numpy as np
 
+from poad_jax.run.config.errors import ArgumentParser
 from poad_jax.core import gae
 
 SHAPES = ((128, 4096), (16, 65536))
@@ -121,7 +121,7 @@ def measure(batch: int, length: int, jit_repeats: int, loop_repeats: int, seed: 
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poad_jax.bench backups", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m poad_jax.bench backups", description=__doc__.splitlines()[0])
     parser.add_argument("--jit-repeats", type=int, default=50, help="timed calls of each jit function")
     parser.add_argument("--loop-repeats", type=int, default=3, help="timed calls of each NumPy loop")
     parser.add_argument("--seed", type=int, default=0)

@@ -13,7 +13,6 @@ with each model.  Last line: one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import tempfile
@@ -23,6 +22,7 @@ import jax
 import numpy as np
 
 import envs_py
+from poad_jax.run.config.errors import ArgumentParser
 from poad_jax.run import train
 from poad_jax.run import build
 from poad_jax.run import config as config_lib
@@ -81,7 +81,7 @@ def iteration_seconds(model_name: str) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poad_jax.bench codegen")
+    parser = ArgumentParser(prog="python -m poad_jax.bench codegen")
     parser.add_argument("--models", default="smollm2-135m-instruct,qwen2.5-coder-0.5b-instruct")
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--batch", type=int, default=8)

@@ -13,7 +13,6 @@ A dataset whose files are missing is reported as skipped.  Imports no JAX.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -21,6 +20,7 @@ import time
 
 from envs_py.datasci.datasets import DatasetError, load_dataset
 from envs_py.datasci.sandbox import SandboxLimits, WarmSession, evaluate_candidate, evaluate_many, split_indices
+from poad_jax.run.config.errors import ArgumentParser
 
 DEFAULT_DATASETS = ("balance_scale", "spaceship_titanic")
 DEFAULT_CANDIDATES = 8
@@ -97,7 +97,7 @@ def _measure(dataset: str, count: int, workers: int, limits: SandboxLimits, data
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poad_jax.bench datasci", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m poad_jax.bench datasci", description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS))
     parser.add_argument("--candidates", type=int, default=DEFAULT_CANDIDATES, help="programs per dataset")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="pool size")

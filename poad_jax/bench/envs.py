@@ -13,13 +13,13 @@ Does not import JAX, so it starts fast.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
 import time
 
 import envs_py
+from poad_jax.run.config.errors import ArgumentParser
 
 TARGETS = {"overcooked": 1_000.0, "virtualhome": 10_000.0}  # steps/s the issue aims for
 
@@ -59,7 +59,7 @@ def measure(name: str, seconds: float, seed: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poad_jax.bench envs", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m poad_jax.bench envs", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.5, help="CPU-time budget per environment")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--envs", nargs="*", default=None,

@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 
+from poad_jax.run.config.errors import ArgumentParser
 from poad_jax.bench import _machine, _sides
 from poad_jax.bench._shapes import SHAPES, build_random_model
 
@@ -271,7 +272,7 @@ def memory_floor_lines(result: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poad_jax.bench generate", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m poad_jax.bench generate", description=__doc__.splitlines()[0])
     parser.add_argument("--batch", default="8", help="batch size, or a comma-separated list (e.g. 1,16,64)")
     parser.add_argument("--prompt-tokens", type=int, default=100)
     parser.add_argument("--new-tokens", type=int, default=128)

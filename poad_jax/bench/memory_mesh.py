@@ -25,9 +25,9 @@ The last line is `{"bench": "memory_mesh", "rows": [...]}`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from poad_jax.run.config.errors import ArgumentParser
 
 GIB = 1024 ** 3
 
@@ -51,7 +51,7 @@ def parse_meshes(text: str) -> list[tuple[int, int, int]]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poad_jax.bench memory_mesh", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m poad_jax.bench memory_mesh", description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="llama-7b,codellama-34b", help=f"of {sorted(MODELS)}")
     parser.add_argument("--meshes", default=None, help="DATAxFSDPxTENSOR,... (default: per model)")
     parser.add_argument("--rows", type=int, default=64, help="rows per update (threads x steps)")

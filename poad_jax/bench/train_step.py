@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 
+from poad_jax.run.config.errors import ArgumentParser
 from poad_jax.core import flops
 from poad_jax.bench import _sides
 from poad_jax.bench._shapes import SHAPES, build_random_model
@@ -261,7 +262,7 @@ def run_side(side: str, directory: str, args) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poad_jax.bench train_step", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m poad_jax.bench train_step", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=ROWS, help="sequences per update")
     parser.add_argument("--prompt", type=int, default=PROMPT, help="prompt tokens per sequence")
     parser.add_argument("--action", type=int, default=ACTION, help="action tokens per sequence")

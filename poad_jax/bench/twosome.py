@@ -26,6 +26,7 @@ import json
 import statistics
 import sys
 import time
+from poad_jax.run.config.errors import ArgumentParser
 
 VARIANTS = ("poad", "twosome", "twosome-per-candidate")
 
@@ -33,7 +34,7 @@ VARIANTS = ("poad", "twosome", "twosome-per-candidate")
 def parse(argv: list[str]) -> argparse.Namespace:
     from poad_jax.bench._shapes import SHAPES
 
-    parser = argparse.ArgumentParser(prog="python -m poad_jax.bench twosome", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m poad_jax.bench twosome", description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="smollm2-135m", choices=sorted(SHAPES))
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--steps-per-thread", type=int, default=32, help="rollout length")

@@ -32,7 +32,7 @@ import sys
 import tempfile
 from typing import Any, Iterable
 
-from poad_jax.run.config.errors import one_line
+from poad_jax.run.config.errors import ArgumentParser, one_line
 
 PROGRAM_FILE = "best_program.py"
 RECORD_FILE = "best_program.json"
@@ -175,7 +175,8 @@ def rescore(workdir: pathlib.Path):
 
     workdir = pathlib.Path(workdir)
     if not workdir.is_dir():
-        raise BestProgramError(f"no run directory at {workdir}")
+        raise BestProgramError(f"{workdir} is a file, not a run directory" if workdir.exists() else
+                               f"no run directory at {workdir}")
     best = read_best(workdir)
     if best is None and not (workdir / "config.json").exists():
         raise BestProgramError(f"{workdir} is not a run directory (no config.json)")
@@ -203,7 +204,7 @@ def summary_lines(best: BestProgram | None, workdir: pathlib.Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m poad_jax.best_program", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Re-scores the best program a DataSciCoding run kept (best_program.py in its run\n"
                     "directory) on its dataset's five splits, in the sandbox, and prints the recorded and\n"

@@ -96,8 +96,9 @@ def check_workdir(workdir: pathlib.Path) -> None:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as error:
-        place = "write to" if existing == workdir else f"create it under {existing}:"
-        raise TrainError(f"cannot use --workdir {workdir}: cannot {place} {error.strerror or error}") from None
+        place = "it" if existing == workdir else existing
+        raise TrainError(f"cannot use --workdir {workdir}: {place} is not writable "
+                         f"({error.strerror or error})") from None
 
 def check_cache_dir() -> pathlib.Path:
     """The cache root (`$POAD_CACHE`, else ~/.cache/poad_jax), created; TrainError if unusable."""

@@ -33,6 +33,7 @@ import jax
 import numpy as np
 
 import envs_py
+from poad_jax.run.config.errors import ArgumentParser
 from poad_jax.agent.rollout import RolloutCollector
 from poad_jax.run import best_program
 from poad_jax.run.build import build_method
@@ -158,7 +159,7 @@ def unfinished_line(results: list[EvalResult], max_steps: int) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m poad_jax.evaluate", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Plays a run's trained actor: per environment, N episodes sampled as in training and N\n"
                     "greedy; prints return and success per environment and mode, one row each, and saves\n"

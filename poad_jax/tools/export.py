@@ -26,6 +26,7 @@ import ml_collections
 import numpy as np
 from safetensors.numpy import save_file
 
+from poad_jax.run.config.errors import ArgumentParser
 from poad_jax.agent.learner import init_train_state
 from poad_jax.core.policy import merge_model
 from poad_jax.models.loading import EMBEDDED_MODELS, embedded_model_directory
@@ -73,7 +74,8 @@ def load_trained_actor(workdir: pathlib.Path):
     """(config, model with the trained actor LoRA, tokenizer, train state) of a run directory,
     built from its `config.json` as the trainer builds it (`poad_jax.run.build`)."""
     if not workdir.is_dir():
-        raise ExportError(f"no run directory at {workdir}")
+        raise ExportError(f"{workdir} is a file, not a run directory" if workdir.exists() else
+                          f"no run directory at {workdir}")
     config_path = workdir / "config.json"
     if not config_path.exists():
         raise ExportError(f"{workdir} is not a run directory (no config.json)")
@@ -165,7 +167,7 @@ def export_peft(workdir: str | pathlib.Path, out: str | pathlib.Path, base_model
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m poad_jax.export", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Writes a run's trained LoRA adapter in PEFT format (adapter_model.safetensors,\n"
                     "adapter_config.json naming a base model PEFT can load), to use with transformers.",

@@ -1,7 +1,10 @@
-"""The one error a user's mistake raises (`ConfigError`, the trainer's `TrainError`), and
-`one_line`, which folds any error's message onto the one line a user is told."""
+"""The one error a user's mistake raises (`ConfigError`, the trainer's `TrainError`),
+`one_line`, which folds any error's message onto the one line a user is told, and the
+`ArgumentParser` every argparse command uses, whose flag mistakes end the same way."""
 
 from __future__ import annotations
+
+import argparse
 
 
 class ConfigError(Exception):
@@ -17,3 +20,11 @@ TrainError = ConfigError  # the trainer's name: a user mistake, one line, exit s
 def one_line(error: BaseException | str) -> str:
     """An error message folded onto one line."""
     return " ".join(str(error).split())
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, except that a flag mistake ends as every user mistake does: one
+    `error:` line (naming `--help`) and exit status 2, instead of a usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {one_line(message)} (`{self.prog} --help` lists the flags)\n")

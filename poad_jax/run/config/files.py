@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import pathlib
 from typing import Any
 
@@ -71,5 +72,16 @@ def load_config_file(path: str | pathlib.Path) -> ml_collections.ConfigDict:
     spec = importlib.util.spec_from_file_location(f"poad_config_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if argument is not None and not _takes_an_argument(module.get_config):
+        raise ConfigError(f"{path} takes no :argument (its get_config() has no parameter); use --config={path}")
     return module.get_config() if argument is None else module.get_config(argument)
+
+
+def _takes_an_argument(get_config) -> bool:
+    """Whether `get_config` accepts one positional argument (a config file's `path:argument`)."""
+    try:
+        inspect.signature(get_config).bind("argument")
+    except TypeError:
+        return False
+    return True
 

@@ -46,6 +46,7 @@ import dataclasses
 import pathlib
 import sys
 
+from poad_jax.run.config.errors import ArgumentParser
 from poad_jax.tools.study.report import publish, write_report
 from poad_jax.tools.study.scheduler import chosen_seeds, read_json, run_study
 from poad_jax.tools.study.spec import STUDY_FILE, Study, StudyError, load_study
@@ -68,7 +69,7 @@ def seeds_study(study: Study, seeds: tuple[int, ...]) -> Study:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m poad_jax.study", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Runs a grid of training runs (cells) in their own processes, resumably, and writes a report:\n"
                     "learning curves with seed bands and a table of final results (report.md, return.png, ...).\n"
