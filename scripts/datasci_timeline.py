@@ -1,0 +1,74 @@
+"""Per update of a DataSciCoding run, what each thread's program was: the estimator it builds, which
+attempt of its episode it was, and whether it ran; beside the update's approximate KL, the raw
+advantage mean and the critic's explained variance.
+
+    python scripts/datasci_timeline.py <run directory> [--from=UPDATE] [--to=UPDATE]
+
+Reads the run's `actions.jsonl` (`config.log_actions`) and `metrics.jsonl`. A program is labelled by
+the first call of a capitalised name ending in Classifier, Regression, SVC, NB or Regressor (the
+estimator, whether or not scikit-learn has it: a hallucinated `LinearClassifier(` shows as such),
+"-" when it calls none. Each entry reads `<label>#<attempt><+ ran | - failed>`, threads in order.
+Written for issue 44's reading of its cells (docs/results.md), where the first attempt of an episode
+(the same prompt in every episode) shows what the policy prefers, and later attempts are retries
+that quote the error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import pathlib
+import re
+import sys
+
+ESTIMATOR = re.compile(r"\b((?:[A-Z]\w*?)?(?:Classifier|Regression|SVC|NB|Regressor))\(")
+
+
+def estimator(program: str) -> str:
+    """The first estimator a program builds, by name; "-" for none."""
+    found = ESTIMATOR.search(program or "")
+    return found.group(1) if found else "-"
+
+
+def read_jsonl(path: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def timeline(run: pathlib.Path, first: int = 1, last: int | None = None) -> list[str]:
+    """One line per update in [first, last] that logged actions."""
+    actions = collections.defaultdict(list)
+    for line in read_jsonl(run / "actions.jsonl"):
+        actions[int(line["update"])].append(line)
+    records = read_jsonl(run / "metrics.jsonl") if (run / "metrics.jsonl").exists() else []
+    metrics = {int(r["update"]): r for r in records}
+    lines = []
+    for update in sorted(u for u in actions if u >= first and (last is None or u <= last)):
+        entries = []
+        for line in sorted(actions[update], key=lambda line: line["thread"]):
+            info = line.get("info") or {}
+            entries.append(f"{estimator(info.get('program') or line.get('action'))}#{info.get('attempt', 1)}"
+                           f"{'+' if info.get('success') else '-'}")
+        record = metrics.get(update, {})
+        stats = "  ".join(f"{name} {record[key]:.4g}" for name, key in (
+            ("KL", "approx_kl"), ("adv mean", "advantage_mean"), ("EV", "explained_variance")) if key in record)
+        lines.append(f"{update:>4}  {' '.join(entries)}  {stats}")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python scripts/datasci_timeline.py", description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=pathlib.Path)
+    parser.add_argument("--from", dest="first", type=int, default=1)
+    parser.add_argument("--to", dest="last", type=int, default=None)
+    args = parser.parse_args(argv)
+    if not (args.run / "actions.jsonl").exists():
+        print(f"error: {args.run} has no actions.jsonl (a run with config.log_actions=True writes one)",
+              file=sys.stderr)
+        return 2
+    print("\n".join(timeline(args.run, args.first, args.last)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
