@@ -38,6 +38,7 @@ import sys
 from typing import Any
 
 import numpy as np
+
 from poad_jax.run.config.errors import ArgumentParser
 
 # Largest accepted error per field kind (relative; see `relative_error` and `scalar_error`).

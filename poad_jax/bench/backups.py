@@ -28,8 +28,8 @@ from typing import Callable
 import jax
 import numpy as np
 
-from poad_jax.run.config.errors import ArgumentParser
 from poad_jax.core import gae
+from poad_jax.run.config.errors import ArgumentParser
 
 SHAPES = ((128, 4096), (16, 65536))
 GAMMA = 0.95

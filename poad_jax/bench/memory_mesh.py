@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import sys
+
 from poad_jax.run.config.errors import ArgumentParser
 
 GIB = 1024 ** 3

@@ -26,6 +26,7 @@ import json
 import statistics
 import sys
 import time
+
 from poad_jax.run.config.errors import ArgumentParser
 
 VARIANTS = ("poad", "twosome", "twosome-per-candidate")

@@ -84,4 +84,3 @@ def _takes_an_argument(get_config) -> bool:
     except TypeError:
         return False
     return True
-
