@@ -4,10 +4,12 @@ advantage mean and the critic's explained variance.
 
     python scripts/datasci_timeline.py <run directory> [--from=UPDATE] [--to=UPDATE]
 
-Reads the run's `actions.jsonl` (`config.log_actions`) and `metrics.jsonl`. A program is labelled by
-the first call of a capitalised name ending in Classifier, Regression, SVC, NB or Regressor (the
-estimator, whether or not scikit-learn has it: a hallucinated `LinearClassifier(` shows as such),
-"-" when it calls none. Each entry reads `<label>#<attempt><+ ran | - failed>`, threads in order.
+Reads the run's `actions.jsonl` (`config.log_actions`; a raw snapshot's `actions.jsonl.gz` too) and
+`metrics.jsonl`. A program is labelled by the first capitalised name it calls that is not a
+preprocessing step (a scaler, encoder, imputer, pipeline, PCA and the like): its estimator, whether or
+not scikit-learn has it (a made-up `LinearClassifier(` shows as such); "-" when it calls none. Each
+entry reads `<label>#<attempt><+ ran | - failed>`, threads in order. The statistics are those of the
+update's own record: its approximate KL is the step taken after that update's batch.
 Written for issue 44's reading of its cells (docs/results.md), where the first attempt of an episode
 (the same prompt in every episode) shows what the policy prefers, and later attempts are retries
 that quote the error.
@@ -15,20 +17,26 @@ that quote the error.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import pathlib
 import re
 import sys
 
-ESTIMATOR = re.compile(r"\b((?:[A-Z]\w*?)?(?:Classifier|Regression|SVC|NB|Regressor))\(")
+from poad_jax.run.action_log import read_actions
+from poad_jax.run.config.errors import ArgumentParser
+
+CALL = re.compile(r"\b([A-Z]\w*)\(")
+PREPROCESSING = re.compile(r"(Scaler|Encoder|Imputer|Transformer|Pipeline|PCA|Selector|Binarizer|Normalizer|"
+                           r"Vectorizer|Features|KFold|Split)$")
 
 
-def estimator(program: str) -> str:
-    """The first estimator a program builds, by name; "-" for none."""
-    found = ESTIMATOR.search(program or "")
-    return found.group(1) if found else "-"
+def estimator(program: str | None) -> str:
+    """The first capitalised name a program calls that is not a preprocessing step; "-" for none."""
+    for name in CALL.findall(program or ""):
+        if not PREPROCESSING.search(name):
+            return name
+    return "-"
 
 
 def read_jsonl(path: pathlib.Path) -> list[dict]:
@@ -38,10 +46,10 @@ def read_jsonl(path: pathlib.Path) -> list[dict]:
 def timeline(run: pathlib.Path, first: int = 1, last: int | None = None) -> list[str]:
     """One line per update in [first, last] that logged actions."""
     actions = collections.defaultdict(list)
-    for line in read_jsonl(run / "actions.jsonl"):
+    for line in read_actions(run):
         actions[int(line["update"])].append(line)
     records = read_jsonl(run / "metrics.jsonl") if (run / "metrics.jsonl").exists() else []
-    metrics = {int(r["update"]): r for r in records}
+    metrics = {int(r["update"]): r for r in records if "update" in r}
     lines = []
     for update in sorted(u for u in actions if u >= first and (last is None or u <= last)):
         entries = []
@@ -51,22 +59,24 @@ def timeline(run: pathlib.Path, first: int = 1, last: int | None = None) -> list
                            f"{'+' if info.get('success') else '-'}")
         record = metrics.get(update, {})
         stats = "  ".join(f"{name} {record[key]:.4g}" for name, key in (
-            ("KL", "approx_kl"), ("adv mean", "advantage_mean"), ("EV", "explained_variance")) if key in record)
+            ("KL", "approx_kl"), ("adv mean", "advantage_mean"), ("EV", "explained_variance"))
+            if record.get(key) is not None)
         lines.append(f"{update:>4}  {' '.join(entries)}  {stats}")
     return lines
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python scripts/datasci_timeline.py", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python scripts/datasci_timeline.py", description=__doc__.splitlines()[0])
     parser.add_argument("run", type=pathlib.Path)
     parser.add_argument("--from", dest="first", type=int, default=1)
     parser.add_argument("--to", dest="last", type=int, default=None)
     args = parser.parse_args(argv)
-    if not (args.run / "actions.jsonl").exists():
-        print(f"error: {args.run} has no actions.jsonl (a run with config.log_actions=True writes one)",
-              file=sys.stderr)
+    lines = timeline(args.run, args.first, args.last) if args.run.is_dir() else []
+    if not lines:
+        print(f"error: {args.run} has no actions logged in those updates (a run with config.log_actions=True "
+              "writes actions.jsonl)", file=sys.stderr)
         return 2
-    print("\n".join(timeline(args.run, args.first, args.last)))
+    print("\n".join(lines))
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import pathlib
@@ -16,6 +17,9 @@ def test_estimator_is_the_first_estimator_built_hallucinated_or_not():
     assert timeline_script.estimator("from x import y\nreturn LogisticRegression(C=2).fit(a, b)") == "LogisticRegression"
     assert timeline_script.estimator("m = LinearClassifier()\nn = SVC()") == "LinearClassifier"
     assert timeline_script.estimator("import sklearn\nroc_auc_score(y, p)") == "-"
+    assert timeline_script.estimator("s = StandardScaler()\nm = LogisticRegressionCV()") == "LogisticRegressionCV"
+    assert timeline_script.estimator("make_pipeline(MinMaxScaler(), LinearModel())") == "LinearModel"
+    assert timeline_script.estimator("x = StandardScaler().fit_transform(x)") == "-"
     assert timeline_script.estimator(None) == "-"
 
 
@@ -28,11 +32,17 @@ def test_timeline_orders_threads_and_reads_metrics(tmp_path, capsys):
     ]
     (tmp_path / "actions.jsonl").write_text("".join(json.dumps(a) + "\n" for a in actions))
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"update": 1, "approx_kl": 0.0125, "advantage_mean": -0.5,
-                                                        "explained_variance": 0.25}) + "\n")
+                                                        "explained_variance": 0.25}) + "\n"
+                                            + json.dumps({"update": 2, "approx_kl": None}) + "\n")
     lines = timeline_script.timeline(tmp_path)
     assert lines[0].split() == ["1", "GaussianNB#1+", "RandomForestClassifier#1+", "KL", "0.0125", "adv", "mean",
                                 "-0.5", "EV", "0.25"]
-    assert lines[1].split() == ["2", "-#3-", "SVC#2-"]  # no metrics record: no statistics
+    assert lines[1].split() == ["2", "-#3-", "SVC#2-"]  # a null statistic is left out
     assert timeline_script.timeline(tmp_path, first=2) == lines[1:]
-    assert timeline_script.main([str(tmp_path / "missing")]) == 2
-    assert capsys.readouterr().err.startswith("error: ")
+    snapshot = tmp_path / "snapshot"  # a raw snapshot keeps the log gzipped
+    snapshot.mkdir()
+    (snapshot / "actions.jsonl.gz").write_bytes(gzip.compress((tmp_path / "actions.jsonl").read_bytes()))
+    assert [line.split()[:3] for line in timeline_script.timeline(snapshot)] == [line.split()[:3] for line in lines]
+    for missing in ([str(tmp_path / "missing")], [str(tmp_path), "--from=3"]):
+        assert timeline_script.main(missing) == 2
+        assert capsys.readouterr().err.startswith("error: ")

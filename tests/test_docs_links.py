@@ -57,7 +57,7 @@ def test_github_anchor_rule():
     assert github_anchor("Where λ applies (`ppo.lambda_scope`)") == "where-λ-applies-ppolambda_scope"
 
 
-@pytest.mark.parametrize("doc", ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))])
+@pytest.mark.parametrize("doc", ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))])
 def test_relative_links_resolve(doc):
     path = ROOT / doc
     broken = []

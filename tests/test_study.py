@@ -466,6 +466,18 @@ def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
     assert not (workdir / "steps.png").exists() and "steps.png" not in (workdir / "report.md").read_text()
 
 
+def test_cut_off_count_only_when_every_update_logged_it():
+    """A run that logged `actions_cut_off` from its start sums it; one that began logging it mid-way
+    (copied-in or older updates) shows none rather than a partial sum that reads as the whole."""
+    records = [{"env_steps": 8 * (u + 1), "steps_succeeded": 1, "success_reward_mean": 0.5, "actions_cut_off": c}
+               for u, c in enumerate([2, 0, 3])]
+    assert report.step_outcomes(records, 0.25).cut_off == 5
+    records[0].pop("actions_cut_off")
+    assert report.step_outcomes(records, 0.25).cut_off is None
+    assert report.step_outcomes([{k: v for k, v in r.items() if k != "actions_cut_off"} for r in records],
+                                0.25).cut_off is None
+
+
 def test_step_curves_per_update_share_mean_best_kl_entropy():
     """`figures.step_curves` against the hand computation: the share of an update's own env steps that
     succeeded and that the token limit cut off (updates of unequal size), the succeeded steps' mean reward
@@ -492,6 +504,7 @@ def test_step_curves_per_update_share_mean_best_kl_entropy():
     unlogged = figures.step_curves([{k: v for k, v in r.items() if k != "actions_cut_off"} for r in records])
     assert figures.logged_panels([unlogged]) == [p for p in figures.STEP_PANELS if p != "cut_off"]
     assert figures.logged_panels([unlogged, curves]) == list(figures.STEP_PANELS)
+    assert figures.logged_panels([]) == []
     np.testing.assert_allclose(curves["mean"][1], [np.nan, *means[1:]])
     np.testing.assert_allclose(curves["best"][1], [np.nan, means[1], max(means[1:3]), max(means[1:])])
     np.testing.assert_allclose(curves["approx_kl"][1], kls)

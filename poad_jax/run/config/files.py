@@ -73,7 +73,7 @@ def load_config_file(path: str | pathlib.Path) -> ml_collections.ConfigDict:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if argument is not None and not _takes_an_argument(module.get_config):
-        raise ConfigError(f"{path} takes no :argument (its get_config() has no parameter); use --config={path}")
+        raise ConfigError(f"{path} takes no :argument (its get_config() cannot take one); use --config={path}")
     return module.get_config() if argument is None else module.get_config(argument)
 
 

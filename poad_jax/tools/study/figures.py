@@ -64,8 +64,9 @@ def logged_panels(cells: list[dict[str, tuple[np.ndarray, np.ndarray]]]) -> list
 
 
 def plot_step_curves(study: Study, workdir: pathlib.Path, path: pathlib.Path) -> bool:
-    """One figure of `STEP_PANELS` per env step (report option `steps`), one line per group with its
-    mean ± std band over the cells that have logged (running ones too); False when none has."""
+    """One figure of the `STEP_PANELS` the cells logged (`logged_panels`) per env step (report option
+    `steps`), one line per group with its mean ± std band over the cells that have logged (running ones
+    too); False when none has."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -86,6 +87,8 @@ def plot_step_curves(study: Study, workdir: pathlib.Path, path: pathlib.Path) ->
     if not groups:
         return False
     panels = logged_panels([c for cells in groups.values() for c in cells])
+    if not panels:
+        return False
     figure, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), squeeze=False)
     positive_kl = False  # a log axis needs a value above 0 (records without a learner have none)
     for index, (group, cells) in enumerate(groups.items()):

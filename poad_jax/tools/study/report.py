@@ -189,7 +189,7 @@ class StepOutcomes:
     mean_reward: float  # over every succeeded step of the run
     final_mean_reward: float  # over the succeeded steps of the updates in the last `final_fraction`
     best_reward: float
-    cut_off: int | None = None  # actions the token limit ended (`actions_cut_off`); None where not logged
+    cut_off: int | None = None  # actions the token limit ended (`actions_cut_off`); None unless every update logged it
 
 
 def step_outcomes(records: list[dict[str, Any]], fraction: float) -> StepOutcomes:
@@ -209,12 +209,13 @@ def step_outcomes(records: list[dict[str, Any]], fraction: float) -> StepOutcome
         return float((counts[keep] * means[keep]).sum() / counts[keep].sum()) if keep.any() else float("nan")
 
     best = [float(r["best_step_reward"]) for r in records if r.get("best_step_reward") is not None]
-    cut = [int(r["actions_cut_off"]) for r in records if r.get("actions_cut_off") is not None]
+    cut = [r.get("actions_cut_off") for r in records]
     return StepOutcomes(
         steps=int(steps[-1]) if len(steps) else 0, succeeded=int(counts.sum()),
         mean_reward=weighted(np.ones(len(records), bool)),
         final_mean_reward=weighted(steps > (1.0 - fraction) * (steps[-1] if len(steps) else 0.0)),
-        best_reward=max(best) if best else float("nan"), cut_off=sum(cut) if cut else None,
+        best_reward=max(best) if best else float("nan"),
+        cut_off=sum(int(c) for c in cut) if cut and None not in cut else None,  # a partial sum would mislead
     )
 
 
