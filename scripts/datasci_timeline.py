@@ -18,13 +18,13 @@ that quote the error.
 from __future__ import annotations
 
 import collections
-import json
 import pathlib
 import re
 import sys
 
 from poad_jax.run.action_log import read_actions
 from poad_jax.run.config.errors import ArgumentParser
+from poad_jax.run.metrics import read_metrics
 
 CALL = re.compile(r"\b([A-Z]\w*)\(")
 PREPROCESSING = re.compile(r"(Scaler|Encoder|Imputer|Transformer|Pipeline|PCA|Selector|Binarizer|Normalizer|"
@@ -39,17 +39,12 @@ def estimator(program: str | None) -> str:
     return "-"
 
 
-def read_jsonl(path: pathlib.Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def timeline(run: pathlib.Path, first: int = 1, last: int | None = None) -> list[str]:
     """One line per update in [first, last] that logged actions."""
     actions = collections.defaultdict(list)
     for line in read_actions(run):
         actions[int(line["update"])].append(line)
-    records = read_jsonl(run / "metrics.jsonl") if (run / "metrics.jsonl").exists() else []
-    metrics = {int(r["update"]): r for r in records if "update" in r}
+    metrics = {int(r["update"]): r for r in read_metrics(run / "metrics.jsonl") if "update" in r}
     lines = []
     for update in sorted(u for u in actions if u >= first and (last is None or u <= last)):
         entries = []

@@ -32,7 +32,7 @@ import sys
 import tempfile
 from typing import Any, Iterable
 
-from poad_jax.run.config.errors import ArgumentParser, one_line
+from poad_jax.run.config.errors import ArgumentParser, missing_run_directory, one_line
 
 PROGRAM_FILE = "best_program.py"
 RECORD_FILE = "best_program.json"
@@ -174,9 +174,8 @@ def rescore(workdir: pathlib.Path):
     import envs_py
 
     workdir = pathlib.Path(workdir)
-    if not workdir.is_dir():
-        raise BestProgramError(f"{workdir} is a file, not a run directory" if workdir.exists() else
-                               f"no run directory at {workdir}")
+    if (missing := missing_run_directory(workdir)) is not None:
+        raise BestProgramError(missing)
     best = read_best(workdir)
     if best is None and not (workdir / "config.json").exists():
         raise BestProgramError(f"{workdir} is not a run directory (no config.json)")

@@ -26,7 +26,7 @@ import ml_collections
 import numpy as np
 from safetensors.numpy import save_file
 
-from poad_jax.run.config.errors import ArgumentParser
+from poad_jax.run.config.errors import ArgumentParser, missing_run_directory
 from poad_jax.agent.learner import init_train_state
 from poad_jax.core.policy import merge_model
 from poad_jax.models.loading import EMBEDDED_MODELS, embedded_model_directory
@@ -73,9 +73,8 @@ def adapter_config(rank: int, alpha: float, targets: list[str], base_model: str)
 def load_trained_actor(workdir: pathlib.Path):
     """(config, model with the trained actor LoRA, tokenizer, train state) of a run directory,
     built from its `config.json` as the trainer builds it (`poad_jax.run.build`)."""
-    if not workdir.is_dir():
-        raise ExportError(f"{workdir} is a file, not a run directory" if workdir.exists() else
-                          f"no run directory at {workdir}")
+    if (missing := missing_run_directory(workdir)) is not None:
+        raise ExportError(missing)
     config_path = workdir / "config.json"
     if not config_path.exists():
         raise ExportError(f"{workdir} is not a run directory (no config.json)")

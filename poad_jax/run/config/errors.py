@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import pathlib
 
 
 class ConfigError(Exception):
@@ -20,6 +21,14 @@ TrainError = ConfigError  # the trainer's name: a user mistake, one line, exit s
 def one_line(error: BaseException | str) -> str:
     """An error message folded onto one line."""
     return " ".join(str(error).split())
+
+
+def missing_run_directory(workdir: pathlib.Path) -> str | None:
+    """The line for a `--workdir` naming a run to read (evaluate, export, best_program) that is not a
+    directory: a file, or nothing at all; None for a directory."""
+    if workdir.is_dir():
+        return None
+    return f"{workdir} is a file, not a run directory" if workdir.exists() else f"no run directory at {workdir}"
 
 
 class ArgumentParser(argparse.ArgumentParser):
