@@ -20,18 +20,25 @@ updates of 8 programs). The same seed gives every variant the same first
 batch, sampled before any update (a check that this machine reproduces the
 comparison's cell: update 1's programs should be the same).
 
+A control cell (POAD's defaults: normalisation on, lambda per token) runs
+beside them on the same machine. (Amended 2026-11-27, 17 minutes into the
+first cell, having seen only its first update, which precedes any learning:
+on this session's CPU, an AMD EPYC with AVX-512 BF16, `matmul_dtype="auto"`
+resolves to bfloat16, where the comparison's cells ran float32 on an AVX2
+CPU, so those cells are no same-numerics control.)
+
 What is reported (fixed before any cell ran, 2026-11-27): programs that ran
 in updates 2-8 (56 programs, sampled after at least one update) beside the
-comparison cell's POAD (8 of 56) and NTPO (27 of 56), with the per-update
-approximate KL beside them (without normalisation the advantages are on the
-rewards' scale, so a smaller step is a second explanation of a difference).
+control's and the comparison cells' (POAD 8 of 56, NTPO 27 of 56), with the
+per-update approximate KL beside them (without normalisation the advantages
+are on the rewards' scale, so a smaller step is a second explanation).
 Reading, one seed, an indication and not a test: 20 or more of 56 "kept
 runnable programs as NTPO did", 12 or fewer "fell as POAD did", in between
 "unclear". A variant that keeps them becomes a candidate setting for both
 methods in a later comparison; nothing here changes the comparison's
 settings by itself.
 
-About 25-50 s per env step on a quiet 2-core AVX2 CPU: 30-50 minutes a cell,
+About 15-50 s per env step on a quiet 2-core CPU: 20-50 minutes a cell,
 each cell whole within one session (checkpoints stay on the machine);
 re-running the command resumes it.
 
@@ -46,9 +53,10 @@ def get_study():
         "base_config": "configs/datasci.py",
         "fixed": {"total_env_steps": 64, "ppo.actor_lr": 1e-3, "method": "poad"},
         "axes": {
-            "variant": [
+            "variant": [  # the control last: it was added after the first cell had started
                 {"label": "no_advantage_normalisation", "ppo.normalize_advantages": False},
                 {"label": "lambda_per_action", "ppo.lambda_scope": "action"},
+                {"label": "control", "ppo.normalize_advantages": True, "ppo.lambda_scope": "token"},
             ],
         },
         "seeds": (0,),
