@@ -1,16 +1,6 @@
 """`python -m poad_jax.study`: the command of `poad_jax.tools.study.cli` (`--help` tells its flags)."""
 
-import sys
-
-try:
-    from poad_jax.tools.study.cli import main
-except KeyboardInterrupt:  # Ctrl-C while JAX and the libraries load: one line, not a traceback
-    print("\ninterrupted while starting; nothing was written", file=sys.stderr)
-    sys.exit(130)
-
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        sys.exit(130)
+    from poad_jax.run.entry import run_command
+
+    run_command("poad_jax.tools.study.cli")

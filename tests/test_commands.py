@@ -14,7 +14,7 @@ import time
 import pytest
 
 from envs_py import Observation, StepResult, register
-from poad_jax.run import cli, train
+from poad_jax.run import cli, entry, train
 from poad_jax.run import config as config_lib
 from poad_jax.run.train import RunResult
 
@@ -94,6 +94,29 @@ def test_ctrl_c_during_start_up_is_one_line(after_s, tmp_path):
     assert process.returncode == cli.EXIT_INTERRUPTED, stderr[-2000:]
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
     assert lines[-1].startswith("interrupted"), lines
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
+@pytest.mark.parametrize("name", ["evaluate", "export"])  # `study` and `best_program` load JAX only once running
+def test_ctrl_c_while_another_command_loads_is_one_line(name):
+    """The other commands start as `train` does (`poad_jax.run.entry`): a Ctrl-C while JAX loads leaves at
+    once with one line and status 130.  The signal goes early, while the libraries still import; a command
+    that was already done (a fast machine) is tried again with an earlier signal."""
+    for after_s in (0.6, 0.3, 0.15):
+        process = subprocess.Popen([sys.executable, "-m", f"poad_jax.{name}", "--help"], cwd=REPO,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=interruptible)
+        time.sleep(after_s)
+        if process.poll() is None:
+            break
+        process.communicate()
+    else:
+        pytest.fail(f"{name} --help ended within 0.15 s, before it could be interrupted")
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == cli.EXIT_INTERRUPTED, stderr[-2000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr and not stdout
+    assert [line for line in stderr.splitlines() if line.strip()] == [entry.INTERRUPTED_WHILE_STARTING]
 
 
 @pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")

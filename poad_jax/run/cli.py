@@ -37,6 +37,7 @@ from poad_jax.run import checkpoint as checkpoint_lib
 from poad_jax.run import config as config_lib
 from poad_jax.run import metrics as run_logging
 from poad_jax.run.config import load_config_file, one_line, split_config_argument
+from poad_jax.run.entry import EXIT_INTERRUPTED, restore_ctrl_c
 from poad_jax.run.rundir import check_cache_dir, default_workdir
 from poad_jax.run.train import RunResult, TrainError, run
 
@@ -131,7 +132,6 @@ def enable_compilation_cache(cache_root: pathlib.Path | None = None) -> None:
 USER_ERRORS = (TrainError, UnknownMethodError, envs_py.UnknownEnvError, checkpoint_lib.NoIntactCheckpointError,
                best_lib.BestProgramError, FreeFormActionsError)
 EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 
 
 def fail(message: str) -> None:
@@ -316,8 +316,7 @@ def cli(argv: list[str] | None = None, restore_interrupt: bool = False) -> None:
     except KeyboardInterrupt:
         print("\ninterrupted before the run started; nothing was written", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
-    if restore_interrupt:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    restore_ctrl_c(restore_interrupt)
     status = main(config, workdir, argv=argv, command=True)
     if status == EXIT_INTERRUPTED:
         # Ctrl-C during a background checkpoint save can leave one of Orbax's worker threads
