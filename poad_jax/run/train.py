@@ -39,6 +39,7 @@ import envs_py
 from poad_jax.agent.experience import PrefixPlans, behaviour_statistics, make_token_batch
 from poad_jax.agent.methods import Method
 from poad_jax.agent.episodes import episode_summary, step_summary
+from poad_jax.agent.learner import TrainState
 from poad_jax.agent.rollout import RolloutCollector, StepRecord, actions_cut_off
 from poad_jax.core import flops as flops_lib
 from poad_jax.core.token_batch import TokenBatch
@@ -116,6 +117,28 @@ def describe_placement(config: ml_collections.ConfigDict, placement: Placement) 
             print("prefix_packing is off on a mesh: each device runs its rows as they are")
 
 
+def learn_from_rollout(config: ml_collections.ConfigDict, built: Built, update_fn, state: TrainState, value_head,
+                       steps, next_prompts):
+    """One rollout's learning: its padded arrays, the behaviour pass (old log-probs and values under the
+    current actor and `value_head`), the TokenBatch and one compiled PPO update.  Returns the new state, the
+    update's metrics on the host, the batch, the prefix plans and the seconds of the behaviour pass and the
+    learner (`state` is donated to the update)."""
+    method, placement = built.method, built.placement
+    start = time.perf_counter()
+    arrays, next_arrays = placement.batch_arrays(steps, next_prompts, method, built.rollout,
+                                                 built.tokenizer.pad_token_id)
+    plans = placement.prefix_plans(arrays, next_arrays, method, config)
+    stats = behaviour_statistics(built.graph, built.frozen, state.params, value_head, arrays, next_arrays,
+                                 method=method, temperature=built.learner.temperature,
+                                 critic_kind=built.learner.critic_kind, plans=plans)
+    batch = make_token_batch(arrays, stats, prefix_plan=plans.learner if plans else None)
+    jax.block_until_ready(batch)
+    behaviour_seconds, start = time.perf_counter() - start, time.perf_counter()
+    state, metrics = update_fn(state, built.frozen, batch)
+    metrics = jax.device_get(hosts.local_copy(metrics))
+    return state, metrics, batch, plans, {"behaviour": behaviour_seconds, "learner": time.perf_counter() - start}
+
+
 def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, built: Built, envs: envs_py.VectorEnv,
           show_progress: bool = True, max_updates: int | None = None) -> RunResult:
     """The outer loop, from the last checkpoint (if any) to `total_env_steps`: each update
@@ -169,22 +192,11 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
             steps, next_prompts = collector.collect(placement.rollout_key(collect_rng), on_step, on_results)
             run_episodes = run_stats(collector.stats)
             progress.phase(f"update {update_in_flight}/{last_update}: learning")
-            start = time.perf_counter()
-            arrays, next_arrays = placement.batch_arrays(steps, next_prompts, method, rconfig,
-                                                     built.tokenizer.pad_token_id)
             value_head = target_head if config.critic.target_update_every > 0 else state.params["head"]
-            plans = placement.prefix_plans(arrays, next_arrays, method, config)
-            stats = behaviour_statistics(built.graph, built.frozen, state.params, value_head, arrays, next_arrays,
-                                         method=method, temperature=built.learner.temperature,
-                                         critic_kind=built.learner.critic_kind, plans=plans)
-            batch = make_token_batch(arrays, stats, prefix_plan=plans.learner if plans else None)
-            jax.block_until_ready(batch)
-            behaviour_seconds, start = time.perf_counter() - start, time.perf_counter()
-            state, metrics = update_fn(state, built.frozen, batch)
-            metrics = jax.device_get(hosts.local_copy(metrics))
+            state, metrics, batch, plans, learn_seconds = learn_from_rollout(config, built, update_fn, state,
+                                                                             value_head, steps, next_prompts)
             seconds = {"sampling": collector.timings["sampling"] - before["sampling"],
-                       "env": collector.timings["env"] - before["env"], "behaviour": behaviour_seconds,
-                       "learner": time.perf_counter() - start}
+                       "env": collector.timings["env"] - before["env"], **learn_seconds}
             update = int(state.update_step)
             if config.critic.target_update_every > 0 and update % int(config.critic.target_update_every) == 0:
                 target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
