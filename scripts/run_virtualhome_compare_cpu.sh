@@ -7,24 +7,29 @@
 # AVX2, where bfloat16 is emulated: there, wait for a GPU).
 #   nohup bash scripts/run_virtualhome_compare_cpu.sh >> runs/studies/virtualhome_compare.log 2>&1 &
 # Study B's seeds 0-2 of POAD and TWOSOME (raw snapshots of lent-H200 runs) are copied in as a sibling
-# study's finished cells, which the runner reuses: they have the same configs.
+# study's finished cells, which the runner reuses: they have the same configs (`... prior` copies them and
+# stops; RUNS= another directory than runs/studies).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-runs=runs/studies
+runs=${RUNS:-runs/studies}
 prior=$runs/virtualhome_options/cells
 mkdir -p "$prior"
-for dir in docs/results/raw/h200_2026-11-26/virtualhome_options_seed0 docs/results/raw/h200_2026-11-26_seed1/virtualhome_options \
-           docs/results/raw/h200_2026-11-26_seed2/virtualhome_options; do
+raw=docs/results/raw
+for dir in $raw/h200_2026-11-26/virtualhome_options_seed0 $raw/h200_2026-11-26_seed{1,2}/virtualhome_options; do
   for cell in "$dir"/*__seed=*; do
     [ -e "$prior/$(basename "$cell")" ] || cp -r "$cell" "$prior/"
   done
 done
+echo "prior cells beside study C: $(ls "$prior" | wc -l)"
+[ "${1:-}" = prior ] && exit 0
 for seed in 3 4 0 1 2; do
-  .venv/bin/python -m poad_jax.study --study=studies/virtualhome_compare.py --seeds=$seed || exit $?
+  .venv/bin/python -m poad_jax.study --study=studies/virtualhome_compare.py --workdir="$runs/virtualhome_compare" \
+    --seeds=$seed || exit $?
   for cell in $runs/virtualhome_compare/cells/*__seed=$seed/; do
     [ -d "$cell/checkpoints" ] && [ ! -f "$cell/evaluation.txt" ] || continue
     .venv/bin/python -m poad_jax.evaluate --workdir="$cell" --policy=token --mode=sampled --episodes=20 \
       > "$cell/evaluate.log" 2>&1 && echo "$(basename "$cell") $(tail -n +3 "$cell/evaluation.txt")"
   done
 done
-.venv/bin/python -m poad_jax.study --study=studies/virtualhome_compare.py --report --publish=docs/results
+.venv/bin/python -m poad_jax.study --study=studies/virtualhome_compare.py --workdir="$runs/virtualhome_compare" \
+  --report --publish=docs/results
