@@ -38,6 +38,18 @@ runnable programs as NTPO did", 12 or fewer "fell as POAD did", in between
 methods in a later comparison; nothing here changes the comparison's
 settings by itself.
 
+A fourth cell, written after the first three had run (2026-11-27, before
+it ran): both variants kept programs running where the control fell (8, 4,
+1, 1, 0, 0 in its first six updates, as the comparison's cell did), but both
+also took smaller steps (update 2's approximate KL 0.0135 and 0.0083 against
+the control's 0.048). So the control runs again at actor lr 3e-4, the
+sweep's next rate, whose steps should be about as small as the variants'.
+Same reading of programs that ran in updates 2-8: 20 or more of 56, "a
+smaller step alone avoids the fall, and the variants cannot be told from
+their smaller steps"; 12 or fewer, "a smaller step alone does not: what the
+variants change matters"; in between, "unclear". Its median approximate KL
+is reported beside the variants'.
+
 About 15-50 s per env step on a quiet 2-core CPU: 20-50 minutes a cell,
 each cell whole within one session (checkpoints stay on the machine);
 re-running the command resumes it.
@@ -53,10 +65,12 @@ def get_study():
         "base_config": "configs/datasci.py",
         "fixed": {"total_env_steps": 64, "ppo.actor_lr": 1e-3, "method": "poad"},
         "axes": {
-            "variant": [  # the control last: it was added after the first cell had started
+            "variant": [  # in the order written: the control after the first cell had started
                 {"label": "no_advantage_normalisation", "ppo.normalize_advantages": False},
                 {"label": "lambda_per_action", "ppo.lambda_scope": "action"},
                 {"label": "control", "ppo.normalize_advantages": True, "ppo.lambda_scope": "token"},
+                {"label": "control_lr_3e-4", "ppo.normalize_advantages": True, "ppo.lambda_scope": "token",
+                 "ppo.actor_lr": 3e-4},
             ],
         },
         "seeds": (0,),
