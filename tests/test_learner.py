@@ -265,3 +265,21 @@ def test_methods_learn_the_decisive_token_task(tmp_path, method_name):
     if method_name == "poad":
         # Max return is 2 (two steps of +1): POAD gets there well within 60 updates.
         assert np.mean(returns[-10:]) > 1.8
+
+
+def test_explained_variance_matches_numpy_and_is_zero_for_constant_targets():
+    """1 - Var[t - p] / Var[t] over the masked elements, against NumPy; targets that are one value up to float
+    rounding (a batch where every program earned the same AUC) give 0, not a ratio of rounding noise."""
+    from poad_jax.core.losses import explained_variance
+
+    rng = np.random.default_rng(0)
+    targets = rng.normal(0.5, 0.3, (4, 16)).astype(np.float32)
+    predictions = (targets + rng.normal(0, 0.1, targets.shape)).astype(np.float32)
+    mask = (rng.random(targets.shape) < 0.7).astype(np.float32)
+    t, p = targets[mask > 0].astype(np.float64), predictions[mask > 0].astype(np.float64)
+    expected = 1.0 - np.var(t - p) / np.var(t)
+    np.testing.assert_allclose(float(explained_variance(predictions, targets, mask)), expected, rtol=1e-4)
+    constant = np.full(targets.shape, 0.8834, np.float32) + rng.normal(0, 3e-6, targets.shape).astype(np.float32)
+    assert np.var(constant[mask > 0]) > 0
+    assert float(explained_variance(predictions, constant, mask)) == 0.0
+    assert float(explained_variance(predictions, np.zeros_like(targets), mask)) == 0.0

@@ -112,11 +112,17 @@ def chunk_weights(mask: jax.Array, num_chunks: int) -> jax.Array:
     return weights.reshape(mask.shape)
 
 
+EXPLAINED_VARIANCE_MIN_SPREAD = 1e-6  # Var[target] below this fraction of E[target^2]: targets count as constant
+
+
 def explained_variance(predictions: jax.Array, targets: jax.Array, mask: jax.Array) -> jax.Array:
-    """1 - Var[target - prediction] / Var[target] over the masked elements."""
+    """1 - Var[target - prediction] / Var[target] over the masked elements; 0 where the targets are constant,
+    i.e. Var[target] <= 1e-6 E[target^2] (a batch whose every return is one reward up to rounding, where the
+    ratio would only measure float noise: -6.7e8 was logged for such a batch)."""
     def variance(x):
         mean = masked_mean(x, mask)
         return masked_mean(jnp.square(x - mean), mask)
 
     target_var = variance(targets)
-    return jnp.where(target_var > 0, 1.0 - variance(targets - predictions) / target_var, 0.0)
+    spread = target_var > EXPLAINED_VARIANCE_MIN_SPREAD * masked_mean(jnp.square(targets), mask)
+    return jnp.where(spread, 1.0 - variance(targets - predictions) / jnp.where(spread, target_var, 1.0), 0.0)
