@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 40's study C (studies/virtualhome_compare.py) on a CPU, for sessions without a lent GPU: one cell at a
-# time, the fresh seeds first (3, 4, then NTPO's 0-2), each finished cell's token policy evaluated at once
-# while its checkpoints are still on this machine. Re-run the same command to go on; on another machine a
-# cell that had not finished starts again (checkpoints stay on the machine), so start it with a cell's time
-# left in the session (about 1.5 hours on a 2-core CPU with native bfloat16, AVX-512 BF16 or AMX; about 5 on
-# AVX2, where bfloat16 is emulated: there, wait for a GPU).
+# time, the fresh seeds first (3, 4, then NTPO's 0-2); each cell's token policy is evaluated as soon as the cell
+# finishes, while its checkpoints are still on this machine. Re-run the same command to go on; on another
+# machine a cell that had not finished starts again (checkpoints stay on the machine), so start it with a
+# cell's time left in the session: about 50 minutes on a 2-core AMD EPYC with AVX-512 BF16 (15 s per update,
+# 2026-11-27), about 5 hours on AVX2, where bfloat16 is emulated (there, wait for a GPU).
 #   nohup bash scripts/run_virtualhome_compare_cpu.sh >> runs/studies/virtualhome_compare.log 2>&1 &
 # Study B's seeds 0-2 of POAD and TWOSOME (raw snapshots of lent-H200 runs) are copied in as a sibling
 # study's finished cells, which the runner reuses: they have the same configs (`... prior` copies them and
@@ -22,14 +22,21 @@ for dir in $raw/h200_2026-11-26/virtualhome_options_seed0 $raw/h200_2026-11-26_s
 done
 echo "prior cells beside study C: $(ls "$prior" | wc -l)"
 [ "${1:-}" = prior ] && exit 0
-for seed in 3 4 0 1 2; do
-  .venv/bin/python -m poad_jax.study --study=studies/virtualhome_compare.py --workdir="$runs/virtualhome_compare" \
-    --seeds=$seed || exit $?
-  for cell in $runs/virtualhome_compare/cells/*__seed=$seed/; do
-    [ -d "$cell/checkpoints" ] && [ ! -f "$cell/evaluation.txt" ] || continue
+evaluate_finished_cells() {  # the token policy, not the behaviour: `evaluate --policy=token` (study C's docstring)
+  local cell
+  for cell in "$runs"/virtualhome_compare/cells/*/; do
+    [ -f "$cell/finished.json" ] && [ -d "$cell/checkpoints" ] && [ ! -f "$cell/evaluation.txt" ] || continue
     .venv/bin/python -m poad_jax.evaluate --workdir="$cell" --policy=token --mode=sampled --episodes=20 \
       > "$cell/evaluate.log" 2>&1 && echo "$(basename "$cell") $(tail -n +3 "$cell/evaluation.txt")"
   done
+}
+for seed in 3 4 0 1 2; do
+  .venv/bin/python -m poad_jax.study --study=studies/virtualhome_compare.py --workdir="$runs/virtualhome_compare" \
+    --seeds=$seed &
+  study=$!
+  while kill -0 $study 2>/dev/null; do evaluate_finished_cells; sleep 60; done
+  wait $study || exit $?
+  evaluate_finished_cells
 done
 .venv/bin/python -m poad_jax.study --study=studies/virtualhome_compare.py --workdir="$runs/virtualhome_compare" \
   --report --publish=docs/results
