@@ -41,7 +41,10 @@ first: its cells then run to 64 env steps). Otherwise every cell runs on to
 
 About 23 s per env step on a quiet 2-core AVX2 CPU: 6-7 hours a cell, 40
 hours in all, one cell at a time in the background across sessions;
-re-running the command resumes it.
+re-running the command resumes it. (2026-11-27: the seed-0 cells' checkpoints
+were lost with their machine at 488 and 256 env steps, and a cell outlasts a
+session, so the study is blocked as planned: docs/results.md, "The
+comparison's cells lost with their machine".)
 
     bash scripts/run_datasci_study.sh
 """
