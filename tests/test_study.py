@@ -674,7 +674,8 @@ def test_the_snapshot_script_copies_a_studys_small_files_to_the_destination_it_i
     (cell / "checkpoints" / "3").mkdir(parents=True)
     (cell / "checkpoints" / "3" / "state").write_bytes(b"x" * 100)
     (runs / "grid" / "study.json").write_text('{"identity": "grid"}')
-    for name in ("metrics.jsonl", "config.json", "cell.json", "finished.json", "train.log"):
+    for name in ("metrics.jsonl", "config.json", "cell.json", "finished.json", "train.log", "evaluation.txt",
+                 "evaluate.log"):
         (cell / name).write_text(name)
     (cell / "actions.jsonl").write_text('{"update": 1, "env_step": 1, "action": "walk"}\n')
     (runs / "other" / "cells" / "NTPO__seed=0").mkdir(parents=True)
@@ -684,8 +685,8 @@ def test_the_snapshot_script_copies_a_studys_small_files_to_the_destination_it_i
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     copied = dest / "grid" / "POAD__seed=0"
-    assert sorted(p.name for p in copied.iterdir()) == ["actions.jsonl.gz", "cell.json", "config.json", "finished.json",
-                                                        "metrics.jsonl"]
+    assert sorted(p.name for p in copied.iterdir()) == ["actions.jsonl.gz", "cell.json", "config.json",
+                                                        "evaluation.txt", "finished.json", "metrics.jsonl"]
     assert action_log.read_actions(copied) == [{"update": 1, "env_step": 1, "action": "walk"}]  # read back, gzipped
     assert (copied / "metrics.jsonl").read_text() == "metrics.jsonl"
     assert (dest / "grid" / "study.json").read_text() == '{"identity": "grid"}'
