@@ -8,7 +8,8 @@
 #   nohup bash scripts/run_virtualhome_compare_cpu.sh >> runs/studies/virtualhome_compare.log 2>&1 &
 # Study B's seeds 0-2 of POAD and TWOSOME (raw snapshots of lent-H200 runs) are copied in as a sibling
 # study's finished cells, which the runner reuses: they have the same configs (`... prior` copies them and
-# stops; RUNS= another directory than runs/studies).
+# stops; RUNS= another directory than runs/studies). C's own cells published by earlier sessions
+# (docs/results/raw/cpu_<date>_compare, snapshot_studies.sh) are reused likewise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-runs/studies}
@@ -21,6 +22,13 @@ for dir in $raw/h200_2026-11-26/virtualhome_options_seed0 $raw/h200_2026-11-26_s
   done
 done
 echo "prior cells beside study C: $(ls "$prior" | wc -l)"
+# C's own cells finished in earlier sessions (raw/cpu_<date>_compare): reused the same way, not trained again.
+done_before=$runs/virtualhome_compare_published/cells
+mkdir -p "$done_before"
+for cell in $raw/cpu_*_compare/virtualhome_compare/*__seed=*; do
+  [ -f "$cell/finished.json" ] && [ ! -e "$done_before/$(basename "$cell")" ] && cp -r "$cell" "$done_before/"
+done
+echo "study C's cells finished in earlier sessions: $(ls "$done_before" | wc -l)"
 [ "${1:-}" = prior ] && exit 0
 evaluate_finished_cells() {  # the token policy, not the behaviour: `evaluate --policy=token` (study C's docstring)
   local cell

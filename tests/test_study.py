@@ -808,17 +808,22 @@ def test_seeds_runs_only_those_seeds_and_a_later_run_adds_the_rest(tmp_path):
 def test_study_c_on_a_cpu_reuses_study_bs_published_cells_for_its_first_three_seeds(tmp_path):
     """scripts/run_virtualhome_compare_cpu.sh prior: study B's published cells (lent-H200 runs) land beside
     study C's workdir, where each of C's POAD and TWOSOME cells of seeds 0-2 finds its B cell (the same
-    trainer config, 6,000 env steps run); so the CPU trains only the 9 cells C's docstring names."""
+    trainer config, 6,000 env steps run), and so do C's own cells published by earlier sessions; so the CPU
+    trains only what is left of the 9 cells C's docstring names."""
     runs = tmp_path / "studies"
     done = subprocess.run(["bash", str(REPO / "scripts" / "run_virtualhome_compare_cpu.sh"), "prior"],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "RUNS": str(runs)})
     assert done.returncode == 0 and "prior cells beside study C: 33" in done.stdout, done.stderr
+    published = sorted(p.name for p in (REPO / "docs" / "results" / "raw").glob("cpu_*_compare/virtualhome_compare/*")
+                       if (p / "finished.json").is_file())
+    assert f"study C's cells finished in earlier sessions: {len(published)}" in done.stdout
     study = spec.load_study(REPO / "studies" / "virtualhome_compare.py")
     reused, trained = [], []
     for cell in spec.grid(study):
         config = spec.cell_config(study, cell)
         found = scheduler.find_reusable(runs / "virtualhome_compare", config, int(config.total_env_steps))
         (reused if found is not None else trained).append(cell.name)
-    assert sorted(reused) == sorted(f"{m}__seed={s}" for m in ("POAD-action-scores-corrected",
-                                                              "TWOSOME-entropy-0.001") for s in (0, 1, 2))
-    assert len(trained) == 9 and all(name.startswith("NTPO") or name[-1] in "34" for name in trained)
+    assert sorted(reused) == sorted([f"{m}__seed={s}" for m in ("POAD-action-scores-corrected",
+                                                               "TWOSOME-entropy-0.001") for s in (0, 1, 2)]
+                                    + published)
+    assert len(trained) == 9 - len(published) and all(name.startswith("NTPO") or name[-1] in "34" for name in trained)
