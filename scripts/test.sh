@@ -4,7 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The bench extra (torch, peft): the test that loads an exported adapter with PEFT needs it (about 20 s, once).
-.venv/bin/python -c "import peft, torch" 2>/dev/null || .venv/bin/python -m pip install -q -e ".[bench]"
+# Where it cannot be installed, that one test says so and skips; the rest runs.
+.venv/bin/python -c "import peft, torch" 2>/dev/null || .venv/bin/python -m pip install -q -e ".[bench]" \
+  || echo "test.sh: warning: could not install the bench extra; the PEFT loading test will skip" >&2
 export POAD_SHARED_DIR=${POAD_SHARED_DIR:-$(cd .. && pwd)/shared}
 # XLA compilations are cached on disk and shared by the test processes.
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-$HOME/.cache/poad_jax/jax}
