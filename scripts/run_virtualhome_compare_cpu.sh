@@ -3,8 +3,8 @@
 # time, the fresh seeds first (3, 4, then NTPO's 0-2); each cell's token policy is evaluated as soon as the cell
 # finishes, while its checkpoints are still on this machine. Re-run the same command to go on; on another
 # machine a cell that had not finished starts again (checkpoints stay on the machine), so start it with a
-# cell's time left in the session: about 50 minutes on a 2-core AMD EPYC with AVX-512 BF16 (15 s per update,
-# 2026-11-27), about 5 hours on AVX2, where bfloat16 is emulated (there, wait for a GPU).
+# cell's time left in the session: 50-80 minutes on a 2-core AMD EPYC with AVX-512 BF16 (POAD 15-17 s per update,
+# TWOSOME about 25 s; 2026-11-27), about 5 hours on AVX2, where bfloat16 is emulated (there, wait for a GPU).
 #   nohup bash scripts/run_virtualhome_compare_cpu.sh >> runs/studies/virtualhome_compare.log 2>&1 &
 # Study B's seeds 0-2 of POAD and TWOSOME (raw snapshots of lent-H200 runs) are copied in as a sibling
 # study's finished cells, which the runner reuses: they have the same configs (`... prior` copies them and
