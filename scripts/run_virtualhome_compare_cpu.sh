@@ -13,22 +13,22 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-runs/studies}
-prior=$runs/virtualhome_options/cells
-mkdir -p "$prior"
 raw=docs/results/raw
-for dir in $raw/h200_2026-11-26/virtualhome_options_seed0 $raw/h200_2026-11-26_seed{1,2}/virtualhome_options; do
-  for cell in "$dir"/*__seed=*; do
-    [ -e "$prior/$(basename "$cell")" ] || cp -r "$cell" "$prior/"
+place_finished_cells() {  # DEST CELL...: each published cell that finished, into DEST (a sibling study's cells)
+  local dest=$1 cell
+  shift
+  mkdir -p "$dest"
+  for cell in "$@"; do
+    [ -f "$cell/finished.json" ] && [ ! -e "$dest/$(basename "$cell")" ] && cp -r "$cell" "$dest/"
   done
-done
-echo "prior cells beside study C: $(ls "$prior" | wc -l)"
+  ls "$dest" | wc -l
+}
+echo "prior cells beside study C: $(place_finished_cells "$runs/virtualhome_options/cells" \
+  $raw/h200_2026-11-26/virtualhome_options_seed0/*__seed=* \
+  $raw/h200_2026-11-26_seed{1,2}/virtualhome_options/*__seed=*)"
 # C's own cells finished in earlier sessions (raw/cpu_<date>_compare): reused the same way, not trained again.
-done_before=$runs/virtualhome_compare_published/cells
-mkdir -p "$done_before"
-for cell in $raw/cpu_*_compare/virtualhome_compare/*__seed=*; do
-  [ -f "$cell/finished.json" ] && [ ! -e "$done_before/$(basename "$cell")" ] && cp -r "$cell" "$done_before/"
-done
-echo "study C's cells finished in earlier sessions: $(ls "$done_before" | wc -l)"
+echo "study C's cells finished in earlier sessions: $(place_finished_cells "$runs/virtualhome_compare_published/cells" \
+  $raw/cpu_*_compare/virtualhome_compare/*__seed=*)"
 [ "${1:-}" = prior ] && exit 0
 evaluate_finished_cells() {  # the token policy, not the behaviour: `evaluate --policy=token` (study C's docstring)
   local cell
