@@ -5,14 +5,17 @@ no JAX."""
 
 from __future__ import annotations
 
+import _thread
 import importlib
 import os
 import signal
 import sys
+import threading
 from typing import NoReturn
 
 EXIT_INTERRUPTED = 130
 INTERRUPTED_WHILE_STARTING = "interrupted while starting; nothing was written"
+REDELIVERY_DELAY_S = 0.05  # see `redeliver_lost_ctrl_c`
 
 
 def leave_while_starting(signum=None, frame=None) -> NoReturn:
@@ -34,9 +37,33 @@ def leave_at_once_on_ctrl_c() -> bool:
 
 
 def restore_ctrl_c(installed: bool) -> None:
-    """SIGINT raises KeyboardInterrupt again, where `leave_at_once_on_ctrl_c` had replaced it."""
+    """SIGINT raises KeyboardInterrupt again, where `leave_at_once_on_ctrl_c` had replaced it, and a
+    KeyboardInterrupt lost where Python cannot raise (`redeliver_lost_ctrl_c`) is delivered again."""
     if installed:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if not getattr(sys.unraisablehook, "redelivers_ctrl_c", False):
+            sys.unraisablehook = redeliver_lost_ctrl_c(sys.unraisablehook)
+
+
+def redeliver_lost_ctrl_c(previous, delay_s: float = REDELIVERY_DELAY_S):
+    """An unraisable-exception hook for `sys.unraisablehook`.  Python runs the SIGINT handler at the next
+    bytecode of the main thread; when that bytecode is inside a garbage-collection callback (JAX's
+    `_xla_gc_callback`), a `__del__` or a weakref callback, the KeyboardInterrupt it raises cannot propagate:
+    Python hands it to this hook and goes on, and a Ctrl-C during JAX's first compilations was lost (the run
+    went on to its end, status 0).  The hook simulates the Ctrl-C again `delay_s` later from another thread
+    (`_thread.interrupt_main`): by then the main thread has left the callback, and should it be inside one
+    again, the hook runs again.  (Simulated at once, the Ctrl-C would land in the hook's own bytecode and be
+    lost for good.)  Any other report goes to `previous`."""
+    def hook(unraisable):
+        if unraisable.exc_type is not KeyboardInterrupt:
+            previous(unraisable)
+            return
+        timer = threading.Timer(delay_s, _thread.interrupt_main, args=(signal.SIGINT,))
+        timer.daemon = True
+        timer.start()
+
+    hook.redelivers_ctrl_c = True
+    return hook
 
 
 def run_command(module: str) -> NoReturn:
