@@ -60,7 +60,10 @@ def redeliver_lost_ctrl_c(previous, delay_s: float = REDELIVERY_DELAY_S):
             return
         timer = threading.Timer(delay_s, _thread.interrupt_main, args=(signal.SIGINT,))
         timer.daemon = True
-        timer.start()
+        try:
+            timer.start()
+        except RuntimeError:  # no new threads while the interpreter shuts down: report it as Python would
+            previous(unraisable)
 
     hook.redelivers_ctrl_c = True
     return hook
