@@ -13,7 +13,7 @@
 #   bash scripts/gpu_paper_studies.sh smoke          # two toy runs at once on the GPU (MPS if it starts)
 #   COMMIT=<hash> bash scripts/gpu_paper_studies.sh start   # the studies, detached (setsid): they outlive the call
 #   bash scripts/gpu_paper_studies.sh watch SECONDS  # progress each minute, then results to $OUT
-#   bash scripts/gpu_paper_studies.sh evaluate STUDY # each finished cell's token policy (evaluate --policy=token)
+#   bash scripts/gpu_paper_studies.sh evaluate STUDY # each cell's token policy and POAD/NTPO's behaviour (evaluate)
 #
 # `start` runs studies/overcooked_paper.py (3 cells, 40,000 env steps), studies/virtualhome_paper.py
 # and studies/virtualhome_paper_chosen_lr.py (9 cells each, 6,000 env steps), every cell its own
@@ -142,18 +142,23 @@ watch() {
   fi
 }
 
-evaluate_token_policy() {  # every cell with checkpoints here, at once: the learned policy, not the behaviour
-  local cell
+evaluate_token_policy() {  # every cell with checkpoints here, at once: the learned policy, and the behaviour
+  local cell policy  # where it is another (not TWOSOME's): evaluation_token.txt and evaluation.txt
   for cell in "$RUNS/$1"/cells/*/; do
     [ -d "$cell/checkpoints" ] || continue
-    python3 -m poad_jax.evaluate --workdir="$cell" --policy=token --mode=sampled --episodes="${EPISODES:-20}" \
-      > "$cell/evaluate.log" 2>&1 &
+    for policy in token behaviour; do
+      [ $policy = behaviour ] && grep -q '"method": "twosome"' "$cell/config.json" && continue
+      python3 -m poad_jax.evaluate --workdir="$cell" --policy=$policy --mode=sampled --episodes="${EPISODES:-20}" \
+        > "$cell/evaluate_$policy.log" 2>&1 &
+    done
   done
   wait
   for cell in "$RUNS/$1"/cells/*/; do
-    [ -f "$cell/evaluation.txt" ] && echo "$(basename "$cell") $(tail -n +3 "$cell/evaluation.txt")"
+    for table in "$cell"/evaluation_token.txt "$cell"/evaluation.txt; do
+      [ -f "$table" ] && echo "$(basename "$cell") $(basename "$table") $(tail -n +3 "$table")"
+    done
   done
-  true  # then `watch 0` packs the evaluation.txt files with the rest
+  true  # then `watch 0` packs the evaluation files with the rest
 }
 
 case "${1:-}" in

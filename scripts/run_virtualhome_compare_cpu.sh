@@ -9,10 +9,14 @@
 # Study B's seeds 0-2 of POAD and TWOSOME (raw snapshots of lent-H200 runs) are copied in as a sibling
 # study's finished cells, which the runner reuses: they have the same configs (`... prior` copies them and
 # stops; RUNS= another directory than runs/studies). C's own cells published by earlier sessions
-# (docs/results/raw/cpu_<date>_compare, snapshot_studies.sh) are reused likewise.
+# (docs/results/raw/cpu_<date>_compare, snapshot_studies.sh) are reused likewise. Each finished cell's token
+# policy is played 20 episodes (evaluation_token.txt) and, for POAD and NTPO, whose sampler is another policy,
+# the behaviour too (evaluation.txt); `... evaluate` only does that (for a cell that finished while the runner
+# was stopped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-runs/studies}
+python=${PYTHON:-.venv/bin/python}
 raw=docs/results/raw
 place_finished_cells() {  # DEST CELL...: each published cell that finished, into DEST (a sibling study's cells)
   local dest=$1 cell
@@ -30,21 +34,28 @@ echo "prior cells beside study C: $(place_finished_cells "$runs/virtualhome_opti
 echo "study C's cells finished in earlier sessions: $(place_finished_cells "$runs/virtualhome_compare_published/cells" \
   $raw/cpu_*_compare/virtualhome_compare/*__seed=*)"
 [ "${1:-}" = prior ] && exit 0
-evaluate_finished_cells() {  # the token policy, not the behaviour: `evaluate --policy=token` (study C's docstring)
-  local cell
+evaluate_finished_cells() {  # the token policy (study C's docstring) and, where it is another, the behaviour
+  local cell policy
   for cell in "$runs"/virtualhome_compare/cells/*/; do
-    [ -f "$cell/finished.json" ] && [ -d "$cell/checkpoints" ] && [ ! -f "$cell/evaluation.txt" ] || continue
-    .venv/bin/python -m poad_jax.evaluate --workdir="$cell" --policy=token --mode=sampled --episodes=20 \
-      > "$cell/evaluate.log" 2>&1 && echo "$(basename "$cell") $(tail -n +3 "$cell/evaluation.txt")"
+    [ -f "$cell/finished.json" ] && [ -d "$cell/checkpoints" ] || continue
+    for policy in token behaviour; do  # TWOSOME's behaviour is its token policy: played once
+      [ $policy = behaviour ] && grep -q '"method": "twosome"' "$cell/config.json" && continue
+      table=$cell/evaluation.txt
+      [ $policy = token ] && table=$cell/evaluation_token.txt
+      [ -f "$table" ] && continue
+      "$python" -m poad_jax.evaluate --workdir="$cell" --policy=$policy --mode=sampled --episodes=20 \
+        > "$cell/evaluate_$policy.log" 2>&1 && echo "$(basename "$cell") $policy $(tail -n +3 "$table")"
+    done
   done
 }
+[ "${1:-}" = evaluate ] && { evaluate_finished_cells; exit 0; }
 for seed in 3 4 0 1 2; do
-  .venv/bin/python -m poad_jax.study --study=studies/virtualhome_compare.py --workdir="$runs/virtualhome_compare" \
+  "$python" -m poad_jax.study --study=studies/virtualhome_compare.py --workdir="$runs/virtualhome_compare" \
     --seeds=$seed &
   study=$!
   while kill -0 $study 2>/dev/null; do evaluate_finished_cells; sleep 60; done
   wait $study || exit $?
   evaluate_finished_cells
 done
-.venv/bin/python -m poad_jax.study --study=studies/virtualhome_compare.py --workdir="$runs/virtualhome_compare" \
+"$python" -m poad_jax.study --study=studies/virtualhome_compare.py --workdir="$runs/virtualhome_compare" \
   --report --publish=docs/results

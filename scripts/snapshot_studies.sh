@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copies the paper-task studies' small per-cell files (metrics.jsonl, config.json,
-# cell.json, finished.json, a COPIED_FROM note, DataSciCoding's best program, the token
-# policy's evaluation.txt, and the logged actions as actions.jsonl.gz) and each
+# cell.json, finished.json, a COPIED_FROM note, DataSciCoding's best program, the evaluate
+# tables evaluation.txt and evaluation_token.txt, and the logged actions as actions.jsonl.gz) and each
 # study.json into docs/results/raw/ (a cell reused from a sibling study gets a
 # REUSED note instead), so the numbers in docs/results.md survive a lost
 # machine. Checkpoints are not copied.
@@ -27,7 +27,7 @@ for study_dir in "$runs"/*/; do
       continue
     fi
     for name in metrics.jsonl config.json cell.json finished.json best_program.json best_program.py COPIED_FROM \
-                evaluation.txt; do
+                evaluation.txt evaluation_token.txt; do
       [ -f "$cell_dir/$name" ] && cp "$cell_dir/$name" "$target/"
     done
     # The actions a run logged (log_actions), compressed: about 2 kB per DataSciCoding env step as text.

@@ -35,6 +35,11 @@ cell of this study ran; no setting changes after a cell has run):
   token policy plays 20 episodes (`python -m poad_jax.evaluate
   --policy=token --mode=sampled`; `bash scripts/gpu_paper_studies.sh
   evaluate virtualhome_compare`), reported beside the training success.
+  Added 2026-11-27 (eleventh session, after C's first new cell had run; a
+  measurement, no setting changed): the behaviour at the same checkpoint
+  plays 20 episodes too (`--policy=behaviour`, evaluation.txt; the token
+  policy's table is evaluation_token.txt), so that the two are compared on
+  the same footing rather than against the training success.
 
 A user trains the same variants with `--config=configs/virtualhome.py:<method>`
 (its `COMPARISON_METHODS`; tests/test_config.py keeps the two equal).

@@ -328,6 +328,23 @@ def test_greedy_play_of_an_exploring_run_is_greedy_and_the_token_policy_drops_th
     assert not evaluate.policies_differ(run)
 
 
+def test_each_policys_evaluation_is_saved_in_its_own_file(tmp_path):
+    """`evaluate --policy=token` saves its table beside the behaviour's (evaluation_token.txt), so that a run
+    whose sampler is not its token policy keeps both evaluations, each with the command that made it."""
+    from poad_jax.tools import evaluate
+
+    rows = {policy: [evaluate.EvalResult("toy/decisive_token", "sampled", 20, value, value)]
+            for policy, value in (("behaviour", 0.75), ("token", 0.05))}
+    for policy in ("behaviour", "token"):
+        saved = evaluate.save_table(tmp_path, rows[policy], ["--workdir=run", f"--policy={policy}"], policy)
+        assert saved == tmp_path / evaluate.RESULTS_FILES[policy]
+    for policy, value in (("behaviour", "0.75"), ("token", "0.05")):
+        lines = (tmp_path / evaluate.RESULTS_FILES[policy]).read_text().splitlines()
+        assert lines[0].startswith(f"# python -m poad_jax.evaluate --workdir=run --policy={policy}")
+        assert lines[2].split()[-1] == value
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evaluation.txt", "evaluation_token.txt"]
+
+
 @pytest.mark.parametrize("override, message", [
     ({"method": "twosome", "ppo.behaviour_correction": "importance"}, "is for poad or ntpo"),
     ({"ppo.behaviour_correction": "importance", "behaviour_logprobs": "sampler"}, "needs behaviour_logprobs='recompute'"),

@@ -675,7 +675,7 @@ def test_the_snapshot_script_copies_a_studys_small_files_to_the_destination_it_i
     (cell / "checkpoints" / "3" / "state").write_bytes(b"x" * 100)
     (runs / "grid" / "study.json").write_text('{"identity": "grid"}')
     for name in ("metrics.jsonl", "config.json", "cell.json", "finished.json", "train.log", "evaluation.txt",
-                 "evaluate.log"):
+                 "evaluation_token.txt", "evaluate_token.log"):
         (cell / name).write_text(name)
     (cell / "actions.jsonl").write_text('{"update": 1, "env_step": 1, "action": "walk"}\n')
     (runs / "other" / "cells" / "NTPO__seed=0").mkdir(parents=True)
@@ -686,7 +686,8 @@ def test_the_snapshot_script_copies_a_studys_small_files_to_the_destination_it_i
     assert done.returncode == 0, done.stderr
     copied = dest / "grid" / "POAD__seed=0"
     assert sorted(p.name for p in copied.iterdir()) == ["actions.jsonl.gz", "cell.json", "config.json",
-                                                        "evaluation.txt", "finished.json", "metrics.jsonl"]
+                                                        "evaluation.txt", "evaluation_token.txt", "finished.json",
+                                                        "metrics.jsonl"]
     assert action_log.read_actions(copied) == [{"update": 1, "env_step": 1, "action": "walk"}]  # read back, gzipped
     assert (copied / "metrics.jsonl").read_text() == "metrics.jsonl"
     assert (dest / "grid" / "study.json").read_text() == '{"identity": "grid"}'
@@ -803,6 +804,42 @@ def test_seeds_runs_only_those_seeds_and_a_later_run_adds_the_rest(tmp_path):
     assert "cells: 1 done" in result.stdout.splitlines()[0]  # seed 1 kept, only seed 0 trained
     finished = sorted(p.parent.name for p in (workdir / "cells").glob("*/finished.json"))
     assert finished == ["POAD__seed=0", "POAD__seed=1"]
+
+
+FAKE_EVALUATE = """#!/usr/bin/env bash
+# Stands in for python: records each call and writes the table file `evaluate` writes for its --policy.
+echo "$*" >> "$CALLS"
+for arg in "$@"; do case $arg in --workdir=*) workdir=${arg#*=} ;; --policy=*) policy=${arg#*=} ;; esac; done
+table=evaluation.txt; [ "$policy" = token ] && table=evaluation_token.txt
+printf '# command\\nheader\\nrow %s\\n' "$policy" > "$workdir/$table"
+"""
+
+
+def test_study_c_on_a_cpu_evaluates_the_token_policy_and_poads_behaviour_once(tmp_path):
+    """scripts/run_virtualhome_compare_cpu.sh evaluate: each finished cell with checkpoints gets its token policy
+    played (evaluation_token.txt) and, except TWOSOME's (its behaviour is its token policy), its behaviour
+    (evaluation.txt); a cell already evaluated, unfinished or without checkpoints is left alone."""
+    runs, calls, fake = tmp_path / "studies", tmp_path / "calls.txt", tmp_path / "python"
+    fake.write_text(FAKE_EVALUATE)
+    fake.chmod(0o755)
+    cells = runs / "virtualhome_compare" / "cells"
+    for name, method, finished in (("POAD__seed=3", "poad", True), ("TWOSOME__seed=3", "twosome", True),
+                                   ("NTPO__seed=3", "ntpo", False)):
+        (cells / name / "checkpoints").mkdir(parents=True)
+        (cells / name / "config.json").write_text(json.dumps({"method": method}, indent=2))
+        if finished:
+            (cells / name / "finished.json").write_text("{}")
+    environment = {**os.environ, "RUNS": str(runs), "PYTHON": str(fake), "CALLS": str(calls)}
+    for _ in range(2):  # the second pass finds every table and plays nothing
+        done = subprocess.run(["bash", str(REPO / "scripts" / "run_virtualhome_compare_cpu.sh"), "evaluate"],
+                              capture_output=True, text=True, timeout=120, env=environment)
+        assert done.returncode == 0, done.stderr
+    played = sorted(re.search(r"cells/(\S+?)/? --policy=(\w+)", line).groups()
+                    for line in calls.read_text().splitlines())
+    assert played == [("POAD__seed=3", "behaviour"), ("POAD__seed=3", "token"), ("TWOSOME__seed=3", "token")]
+    assert (cells / "POAD__seed=3" / "evaluation.txt").read_text().splitlines()[-1] == "row behaviour"
+    assert not (cells / "TWOSOME__seed=3" / "evaluation.txt").exists()
+    assert not list((cells / "NTPO__seed=3").glob("evaluation*"))
 
 
 def test_study_c_on_a_cpu_reuses_study_bs_published_cells_for_its_first_three_seeds(tmp_path):

@@ -132,12 +132,16 @@ def format_table(results: list[EvalResult]) -> str:
 
 
 RESULTS_FILE = "evaluation.txt"
+# Each policy's table in its own file, so that a run's behaviour and token policy can be compared side by side.
+RESULTS_FILES = {"behaviour": RESULTS_FILE, "token": "evaluation_token.txt"}
 
 
-def save_table(workdir: pathlib.Path, results: list[EvalResult], argv: list[str]) -> pathlib.Path | str:
-    """Writes the table, with the command and the time it ran, to `<workdir>/evaluation.txt` (replacing
-    an earlier evaluation's); returns its path, or why it could not be written (a read-only run)."""
-    path = workdir / RESULTS_FILE
+def save_table(workdir: pathlib.Path, results: list[EvalResult], argv: list[str],
+               policy: str = "behaviour") -> pathlib.Path | str:
+    """Writes the table, with the command and the time it ran, to `<workdir>/evaluation.txt`
+    (`evaluation_token.txt` for `--policy=token`), replacing an earlier evaluation of that policy; returns
+    its path, or why it could not be written (a read-only run)."""
+    path = workdir / RESULTS_FILES[policy]
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     text = f"# python -m poad_jax.evaluate {shlex.join(argv)}  ({when})\n{format_table(results)}\n"
     try:
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m poad_jax.evaluate", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Plays a run's trained actor: per environment, N episodes sampled as in training and N\n"
                     "greedy; prints return and success per environment and mode, one row each, and saves\n"
-                    f"the table to <workdir>/{RESULTS_FILE}.",
+                    f"the table to <workdir>/{RESULTS_FILE} ({RESULTS_FILES['token']} for --policy=token).",
         epilog="examples:\n"
                "  python -m poad_jax.evaluate --workdir=runs/toy-poad-20261125-120000 --episodes=20\n"
                "  python -m poad_jax.evaluate --workdir=runs/vh --env=all-virtualhome --mode=greedy\n"
@@ -214,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {error}", file=sys.stderr)
                 return 2
             print(format_table(results[-1:]).splitlines()[-1], flush=True)
-    saved = save_table(pathlib.Path(args.workdir), results, argv if argv is not None else sys.argv[1:])
+    saved = save_table(pathlib.Path(args.workdir), results, argv if argv is not None else sys.argv[1:], args.policy)
     print(f"saved: {saved}" if isinstance(saved, pathlib.Path) else f"warning: {saved}")
     problem = unfinished_line(results, args.max_steps)
     if problem:
