@@ -96,6 +96,25 @@ def test_the_table_gives_each_group_its_seeds_and_means_and_the_group_table_the_
     assert groups["POAD"][4] == f"{np.mean(finals):.3f} ± {np.std(finals, ddof=1):.3f}"
 
 
+def test_with_the_discounted_return_as_the_metric_each_group_row_has_the_headers_columns(tmp_path):
+    """Study C's report (metric discounted_return) gave its group rows the discounted return twice: one
+    cell more than the header, so the final success read under the wrong column."""
+    study = spec.load_study(write_study(tmp_path, metric="discounted_return"))
+    workdir = tmp_path / "runs"
+    for name, outcomes in {"POAD__seed=0": [[0, 1], [1, 1]], "NTPO__seed=0": [[0, 0], [0, 1]]}.items():
+        cell = workdir / "cells" / name
+        cell.mkdir(parents=True)
+        (cell / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records_of(outcomes)))
+        (cell / "cell.json").write_text(json.dumps({"status": "done"}))
+    text = report.write_report(study, workdir).read_text()
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text[:text.index("Per cell")].splitlines()
+            if line.startswith("| ")]
+    assert rows[0] == ["group", "seeds", "final discounted_return", "final success"]
+    assert [len(row) for row in rows] == [4, 4, 4]
+    poad = next(row for row in rows if row[0] == "POAD")
+    assert poad[3] == f"{report.final_value(records_of([[0, 1], [1, 1]]), 'success_rate', 0.25):.3f} ± 0.000"
+
+
 def test_without_the_option_or_without_episodes_there_is_no_table(tmp_path):
     workdir = tmp_path / "runs"
     cell = workdir / "cells" / "POAD__seed=0"

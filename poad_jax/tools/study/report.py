@@ -473,7 +473,8 @@ def write_report(study: Study, workdir: pathlib.Path, out: pathlib.Path | None =
         if report.get("heatmap"):
             plot_heatmap(study, results, out / "heatmap.png")
     header = ["group", "seeds", f"final {metric}", "final success"]
-    if metric != "discounted_return" and any(r.final_discounted[2] for r in results):
+    discounted_column = metric != "discounted_return" and any(r.final_discounted[2] for r in results)
+    if discounted_column:  # the discounted return beside another metric (as the metric, it is column 3)
         header.append("final discounted_return")
     if any(r.theory is not None for r in results):
         header.append("optimum under its discount")
@@ -489,7 +490,7 @@ def write_report(study: Study, workdir: pathlib.Path, out: pathlib.Path | None =
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in results:
         row = [r.label, str(len(r.seeds)), _fmt(*r.final_return), _fmt(*r.final_success)]
-        if "final discounted_return" in header:
+        if discounted_column:
             row.append(_fmt(*r.final_discounted))
         if "optimum under its discount" in header:
             row.append("-" if r.theory is None else f"{r.theory:.3f}")
