@@ -34,6 +34,7 @@ echo "prior cells beside study C: $(place_finished_cells "$runs/virtualhome_opti
 echo "study C's cells finished in earlier sessions: $(place_finished_cells "$runs/virtualhome_compare_published/cells" \
   $raw/cpu_*_compare/virtualhome_compare/*__seed=*)"
 [ "${1:-}" = prior ] && exit 0
+failed=" "  # tables whose evaluation failed in this invocation: not tried again every minute (re-run to retry)
 evaluate_finished_cells() {  # the token policy (study C's docstring) and, where it is another, the behaviour
   local cell policy
   for cell in "$runs"/virtualhome_compare/cells/*/; do
@@ -42,13 +43,18 @@ evaluate_finished_cells() {  # the token policy (study C's docstring) and, where
       [ $policy = behaviour ] && grep -q '"method": "twosome"' "$cell/config.json" && continue
       table=$cell/evaluation.txt
       [ $policy = token ] && table=$cell/evaluation_token.txt
-      [ -f "$table" ] && continue
-      "$python" -m poad_jax.evaluate --workdir="$cell" --policy=$policy --mode=sampled --episodes=20 \
-        > "$cell/evaluate_$policy.log" 2>&1 && echo "$(basename "$cell") $policy $(tail -n +3 "$table")"
+      [ -f "$table" ] || [[ "$failed" == *" $table "* ]] && continue
+      if "$python" -m poad_jax.evaluate --workdir="$cell" --policy=$policy --mode=sampled --episodes=20 \
+          > "$cell/evaluate_$policy.log" 2>&1; then
+        echo "$(basename "$cell") $policy $(tail -n +3 "$table")"
+      else
+        failed+="$table "
+        echo "$(basename "$cell") $policy: evaluation failed, see $cell/evaluate_$policy.log" >&2
+      fi
     done
   done
 }
-[ "${1:-}" = evaluate ] && { evaluate_finished_cells; exit 0; }
+[ "${1:-}" = evaluate ] && { evaluate_finished_cells; evaluate_finished_cells; [ "$failed" = " " ]; exit; }
 for seed in 3 4 0 1 2; do
   "$python" -m poad_jax.study --study=studies/virtualhome_compare.py --workdir="$runs/virtualhome_compare" \
     --seeds=$seed &

@@ -810,6 +810,7 @@ FAKE_EVALUATE = """#!/usr/bin/env bash
 # Stands in for python: records each call and writes the table file `evaluate` writes for its --policy.
 echo "$*" >> "$CALLS"
 for arg in "$@"; do case $arg in --workdir=*) workdir=${arg#*=} ;; --policy=*) policy=${arg#*=} ;; esac; done
+[ "$policy" = "${FAIL_POLICY:-}" ] && exit 1
 table=evaluation.txt; [ "$policy" = token ] && table=evaluation_token.txt
 printf '# command\\nheader\\nrow %s\\n' "$policy" > "$workdir/$table"
 """
@@ -840,6 +841,27 @@ def test_study_c_on_a_cpu_evaluates_the_token_policy_and_poads_behaviour_once(tm
     assert (cells / "POAD__seed=3" / "evaluation.txt").read_text().splitlines()[-1] == "row behaviour"
     assert not (cells / "TWOSOME__seed=3" / "evaluation.txt").exists()
     assert not list((cells / "NTPO__seed=3").glob("evaluation*"))
+
+
+def test_study_c_on_a_cpu_tries_a_failed_evaluation_once_a_pass_and_says_so(tmp_path):
+    """A failing evaluation is not played again every minute beside the next cell (the runner's loop calls
+    the evaluation each minute): `... evaluate` makes two passes, plays it once, names its log and fails."""
+    runs, calls, fake = tmp_path / "studies", tmp_path / "calls.txt", tmp_path / "python"
+    fake.write_text(FAKE_EVALUATE)
+    fake.chmod(0o755)
+    cell = runs / "virtualhome_compare" / "cells" / "POAD__seed=3"
+    (cell / "checkpoints").mkdir(parents=True)
+    (cell / "config.json").write_text(json.dumps({"method": "poad"}, indent=2))
+    (cell / "finished.json").write_text("{}")
+    done = subprocess.run(["bash", str(REPO / "scripts" / "run_virtualhome_compare_cpu.sh"), "evaluate"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RUNS": str(runs), "PYTHON": str(fake), "CALLS": str(calls),
+                               "FAIL_POLICY": "behaviour"})
+    assert done.returncode != 0
+    assert [re.search(r"--policy=(\w+)", line).group(1) for line in calls.read_text().splitlines()] == [
+        "token", "behaviour"]
+    assert "POAD__seed=3 behaviour: evaluation failed, see" in done.stderr and "evaluate_behaviour.log" in done.stderr
+    assert (cell / "evaluation_token.txt").exists() and not (cell / "evaluation.txt").exists()
 
 
 def test_study_c_on_a_cpu_reuses_study_bs_published_cells_for_its_first_three_seeds(tmp_path):
