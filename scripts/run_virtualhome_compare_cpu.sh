@@ -12,12 +12,13 @@
 # (docs/results/raw/cpu_<date>_compare, snapshot_studies.sh) are reused likewise. Each finished cell's token
 # policy is played 20 episodes (evaluation_token.txt) and, for POAD and NTPO, whose sampler is another policy,
 # the behaviour too (evaluation.txt); `... evaluate` only does that (for a cell that finished while the runner
-# was stopped).
+# was stopped). `... snapshot [DEST]` copies the small files of C's cells here, finished or still running, to
+# DEST (default docs/results/raw/cpu_<today>_compare) for committing; the snapshots' finished cells are reused.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-runs/studies}
 python=${PYTHON:-.venv/bin/python}
-raw=docs/results/raw
+raw=${RAW:-docs/results/raw}
 place_finished_cells() {  # DEST CELL...: each published cell that finished, into DEST (a sibling study's cells)
   local dest=$1 cell
   shift
@@ -55,6 +56,20 @@ evaluate_finished_cells() {  # the token policy (study C's docstring) and, where
   done
 }
 [ "${1:-}" = evaluate ] && { evaluate_finished_cells; evaluate_finished_cells; [ "$failed" = " " ]; exit; }
+snapshot_cells() {  # DEST: the small files of C's cells here (finished or not) via snapshot_studies.sh, except
+  local dest=${1%/} staging cell name  # a cell published finished in another snapshot (it stays there alone)
+  staging=$runs/.snapshot_staging  # hard links (cp -l) on the runs' own file system: no checkpoint is copied
+  rm -rf "$staging" && mkdir -p "$staging/virtualhome_compare/cells"
+  cp "$runs/virtualhome_compare/study.json" "$staging/virtualhome_compare/"
+  for cell in "$runs"/virtualhome_compare/cells/*/; do
+    name=$(basename "$cell")
+    ls -d "$raw"/cpu_*_compare/virtualhome_compare/"$name"/finished.json 2>/dev/null | grep -v "^$dest/" >/dev/null && continue
+    cp -rl "$cell" "$staging/virtualhome_compare/cells/$name"
+  done
+  bash scripts/snapshot_studies.sh "$staging" "$dest"
+  rm -rf "$staging"
+}
+[ "${1:-}" = snapshot ] && { snapshot_cells "${2:-$raw/cpu_$(date -u +%F)_compare}"; exit; }
 for seed in 3 4 0 1 2; do
   "$python" -m poad_jax.study --study=studies/virtualhome_compare.py --workdir="$runs/virtualhome_compare" \
     --seeds=$seed &

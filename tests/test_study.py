@@ -864,6 +864,36 @@ def test_study_c_on_a_cpu_tries_a_failed_evaluation_once_a_pass_and_says_so(tmp_
     assert (cell / "evaluation_token.txt").exists() and not (cell / "evaluation.txt").exists()
 
 
+def test_study_c_on_a_cpu_snapshots_its_cells_except_those_published_finished_elsewhere(tmp_path):
+    """`... snapshot DEST`: the small files of C's cells, a running one too (no finished.json), land in
+    DEST/virtualhome_compare; a cell already published finished in another snapshot is left out (so the
+    published cells stay one copy each); no checkpoint is copied and the cells here keep theirs."""
+    runs, raw = tmp_path / "studies", tmp_path / "raw"
+    published = raw / "cpu_2026-01-01_compare" / "virtualhome_compare" / "POAD__seed=3"
+    published.mkdir(parents=True)
+    (published / "finished.json").write_text("{}")
+    study = runs / "virtualhome_compare"
+    for name, finished in (("POAD__seed=3", True), ("TWOSOME__seed=3", True), ("NTPO__seed=3", False)):
+        (study / "cells" / name / "checkpoints" / "7").mkdir(parents=True)
+        (study / "cells" / name / "checkpoints" / "7" / "state").write_bytes(b"x" * 64)
+        (study / "cells" / name / "metrics.jsonl").write_text(f'{{"cell": "{name}"}}\n')
+        if finished:
+            (study / "cells" / name / "finished.json").write_text("{}")
+    (study / "study.json").write_text('{"identity": "virtualhome_compare"}')
+    dest = raw / "cpu_2026-02-02_compare"
+    done = subprocess.run(["bash", str(REPO / "scripts" / "run_virtualhome_compare_cpu.sh"), "snapshot", str(dest)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RUNS": str(runs), "RAW": str(raw)})
+    assert done.returncode == 0, done.stderr
+    copied = dest / "virtualhome_compare"
+    assert sorted(p.name for p in copied.iterdir()) == ["NTPO__seed=3", "TWOSOME__seed=3", "study.json"]
+    assert sorted(p.name for p in (copied / "TWOSOME__seed=3").iterdir()) == ["finished.json", "metrics.jsonl"]
+    assert sorted(p.name for p in (copied / "NTPO__seed=3").iterdir()) == ["metrics.jsonl"]
+    assert (copied / "NTPO__seed=3" / "metrics.jsonl").read_text() == '{"cell": "NTPO__seed=3"}\n'
+    assert (study / "cells" / "NTPO__seed=3" / "checkpoints" / "7" / "state").read_bytes() == b"x" * 64
+    assert not (runs / ".snapshot_staging").exists()
+
+
 def test_study_c_on_a_cpu_reuses_study_bs_published_cells_for_its_first_three_seeds(tmp_path):
     """scripts/run_virtualhome_compare_cpu.sh prior: study B's published cells (lent-H200 runs) land beside
     study C's workdir, where each of C's POAD and TWOSOME cells of seeds 0-2 finds its B cell (the same
