@@ -816,13 +816,19 @@ printf '# command\\nheader\\nrow %s\\n' "$policy" > "$workdir/$table"
 """
 
 
+def stand_in_python(directory: pathlib.Path) -> pathlib.Path:
+    """An executable `FAKE_EVALUATE` in `directory`, for the runner's PYTHON."""
+    fake = directory / "python"
+    fake.write_text(FAKE_EVALUATE)
+    fake.chmod(0o755)
+    return fake
+
+
 def test_study_c_on_a_cpu_evaluates_the_token_policy_and_poads_behaviour_once(tmp_path):
     """scripts/run_virtualhome_compare_cpu.sh evaluate: each finished cell with checkpoints gets its token policy
     played (evaluation_token.txt) and, except TWOSOME's (its behaviour is its token policy), its behaviour
     (evaluation.txt); a cell already evaluated, unfinished or without checkpoints is left alone."""
-    runs, calls, fake = tmp_path / "studies", tmp_path / "calls.txt", tmp_path / "python"
-    fake.write_text(FAKE_EVALUATE)
-    fake.chmod(0o755)
+    runs, calls, fake = tmp_path / "studies", tmp_path / "calls.txt", stand_in_python(tmp_path)
     cells = runs / "virtualhome_compare" / "cells"
     for name, method, finished in (("POAD__seed=3", "poad", True), ("TWOSOME__seed=3", "twosome", True),
                                    ("NTPO__seed=3", "ntpo", False)):
@@ -846,9 +852,7 @@ def test_study_c_on_a_cpu_evaluates_the_token_policy_and_poads_behaviour_once(tm
 def test_study_c_on_a_cpu_tries_a_failed_evaluation_once_a_pass_and_says_so(tmp_path):
     """A failing evaluation is not played again every minute beside the next cell (the runner's loop calls
     the evaluation each minute): `... evaluate` makes two passes, plays it once, names its log and fails."""
-    runs, calls, fake = tmp_path / "studies", tmp_path / "calls.txt", tmp_path / "python"
-    fake.write_text(FAKE_EVALUATE)
-    fake.chmod(0o755)
+    runs, calls, fake = tmp_path / "studies", tmp_path / "calls.txt", stand_in_python(tmp_path)
     cell = runs / "virtualhome_compare" / "cells" / "POAD__seed=3"
     (cell / "checkpoints").mkdir(parents=True)
     (cell / "config.json").write_text(json.dumps({"method": "poad"}, indent=2))
