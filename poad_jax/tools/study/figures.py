@@ -1,5 +1,6 @@
-"""A study's figures: learning curves with seed bands, the heatmap over two axes, and the
-per-env-step curves of studies whose steps succeed or fail (DataSciCoding's programs)."""
+"""A study's figures: learning curves with seed bands, the heatmap over two axes, the
+per-env-step curves of studies whose steps succeed or fail (DataSciCoding's programs), and how the
+policy moved (the learner's KL, entropies, explained variance and behaviour gap)."""
 
 from __future__ import annotations
 
@@ -67,52 +68,111 @@ def plot_step_curves(study: Study, workdir: pathlib.Path, path: pathlib.Path) ->
     """One figure of the `STEP_PANELS` the cells logged (`logged_panels`) per env step (report option
     `steps`), one line per group with its mean ± std band over the cells that have logged (running ones
     too); False when none has."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = study.report.get("steps") or {}
     succeeded, reward = names.get("succeeded", "succeeded"), names.get("reward", "reward")
     titles = {"share": f"share of steps {succeeded}", "cut_off": "share of actions cut off by the token limit",
               "mean": f"mean {reward} of {succeeded} steps",
               "best": f"best {reward} so far", "approx_kl": "approx KL per update",
               "entropy": "entropy per token"}
-    window = int(study.report.get("smoothing", 1))
-    groups: dict[tuple, list[dict[str, tuple[np.ndarray, np.ndarray]]]] = {}
-    for cell in grid(study):
-        records = read_records(workdir / "cells" / cell.name)
-        if records:
-            groups.setdefault(cell.group, []).append(step_curves(records))
-    if not groups:
-        return False
+    groups = _group_curves(study, workdir, step_curves)
     panels = logged_panels([c for cells in groups.values() for c in cells])
     if not panels:
         return False
-    figure, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), squeeze=False)
-    positive_kl = False  # a log axis needs a value above 0 (records without a learner have none)
+    window = int(study.report.get("smoothing", 1))
+    _plot_panels(groups, [(panel, titles[panel]) for panel in panels], path,
+                 windows={panel: 1 if panel == "best" else window for panel in panels},
+                 title=f"{study.name}: mean ± std over the cells that have logged"
+                       + (f", moving average of {window} updates (best: none)" if window > 1 else ""))
+    return True
+
+
+# (record key, panel title): what the learner logs of how the policy moved, update by update.
+DYNAMICS_PANELS = (
+    ("approx_kl", "approx KL of π per update"),
+    ("entropy_vocabulary", "entropy per token, over the vocabulary"),
+    ("entropy_offered", "entropy over the offered continuations"),
+    ("explained_variance", "critic's explained variance"),
+    ("behaviour_kl_action", "KL(μ ‖ π_old) per action"),
+    ("importance_weight", "mean truncated weight min(1, π_old / μ)"),
+)
+
+
+def dynamics_curves(records: list[dict[str, Any]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per update u, at env step s_u, each `DYNAMICS_PANELS` key k as the learner logged it: (s, k_u),
+    NaN where an update did not log k (so a curve shows a gap, not a zero)."""
+    steps = np.array([float(r.get("env_steps") or 0) for r in records])
+    return {key: (steps, np.array([float("nan") if r.get(key) is None else float(r[key]) for r in records]))
+            for key, _ in DYNAMICS_PANELS}
+
+
+def plot_dynamics(study: Study, workdir: pathlib.Path, path: pathlib.Path) -> bool:
+    """One figure of the `DYNAMICS_PANELS` some cell logged, per env step, one line per group with its
+    mean ± std band over the cells that have logged (running ones too; the report's smoothing); False
+    when no cell has logged any (no learner ran)."""
+    groups = _group_curves(study, workdir, dynamics_curves)
+    cells = [c for group in groups.values() for c in group]
+    panels = [(key, title) for key, title in DYNAMICS_PANELS if any(np.any(~np.isnan(c[key][1])) for c in cells)]
+    if not panels:
+        return False
+    window = int(study.report.get("smoothing", 1))
+    _plot_panels(groups, panels, path, windows={key: window for key, _ in panels}, log_panels=("approx_kl",),
+                 title=f"{study.name}: how the policy moved, mean ± std over the cells that have logged"
+                       + (f", moving average of {window} updates" if window > 1 else ""))
+    return True
+
+
+def _group_curves(study: Study, workdir: pathlib.Path, curves_of) -> dict[tuple, list[dict]]:
+    """{group: [curves_of(records) per cell that has logged]}, in the study's grid order."""
+    groups: dict[tuple, list[dict]] = {}
+    for cell in grid(study):
+        records = read_records(workdir / "cells" / cell.name)
+        if records:
+            groups.setdefault(cell.group, []).append(curves_of(records))
+    return groups
+
+
+def _plot_panels(groups: dict[tuple, list[dict]], panels: list[tuple[str, str]], path: pathlib.Path,
+                 windows: dict[str, int], title: str, log_panels: tuple[str, ...] = ("approx_kl",)) -> None:
+    """A row (three per row beyond three) of panels, one per (key, title), each with a line per group:
+    the mean ± std band (`band`) of its cells' curves[key], smoothed over windows[key] updates; a
+    panel in `log_panels` with a value above 0 gets a log axis and the band of log10 x instead
+    (geometric mean x std^+-1; values <= 0 left out), which a log axis can show whole."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = len(panels) if len(panels) <= 3 else 3
+    rows = math.ceil(len(panels) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.6 * columns, 3.2 * rows), squeeze=False)
+    flat = [axis for row in axes for axis in row]
+    positive = {key for key, _ in panels if key in log_panels
+                and any(np.any(c[key][1] > 0) for cells in groups.values() for c in cells)}
     for index, (group, cells) in enumerate(groups.items()):
         label = f"{', '.join(l for _, l in group)} (n={len(cells)})"
-        for axis, panel in zip(axes[0], panels):
-            steps, mean, std = band([c[panel] for c in cells], 1 if panel == "best" else window)
-            positive_kl |= panel == "approx_kl" and bool(np.any(mean > 0))
-            axis.plot(steps, mean, color=f"C{index % 10}", label=label, linewidth=1.5)
-            axis.fill_between(steps, mean - std, mean + std, color=f"C{index % 10}", alpha=0.18, linewidth=0)
-    for axis, panel in zip(axes[0], panels):
-        axis.set_title(titles[panel], fontsize=10)
+        for axis, (key, _) in zip(flat, panels):
+            if key in positive:
+                steps, low, middle, high = geometric_band([c[key] for c in cells], windows[key])
+            else:
+                steps, middle, std = band([c[key] for c in cells], windows[key])
+                low, high = middle - std, middle + std
+            axis.plot(steps, middle, color=f"C{index % 10}", label=label, linewidth=1.5)
+            axis.fill_between(steps, low, high, color=f"C{index % 10}", alpha=0.18, linewidth=0)
+    for axis, (key, panel_title) in zip(flat, panels):
+        axis.set_title(panel_title + (" (geometric)" if key in positive else ""), fontsize=10)
         axis.set_xlabel("env steps")
         axis.grid(alpha=0.3)
-        if panel == "approx_kl" and positive_kl:
+        if key in log_panels and key in positive:
             axis.set_yscale("log")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    for axis in flat[len(panels):]:
+        axis.axis("off")
+    handles, labels = flat[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 4),
                   fontsize=8, frameon=False)
-    smoothing = f", moving average of {window} updates (best: none)" if window > 1 else ""
-    figure.suptitle(f"{study.name}: mean ± std over the cells that have logged{smoothing}", fontsize=10)
+    figure.suptitle(title, fontsize=10)
     figure.tight_layout(rect=(0, 0, 1, 0.93))
     figure.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(figure)
-    return True
 
 
 def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -133,6 +193,16 @@ def band(curves: list[tuple[np.ndarray, np.ndarray]], window: int) -> tuple[np.n
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns before a seed's first episode
         return grid_steps, np.nanmean(stacked, axis=0), np.nanstd(stacked, axis=0)
+
+
+def geometric_band(curves: list[tuple[np.ndarray, np.ndarray]],
+                   window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`band` of log10 x, back on x's scale: (steps, 10^(m - s), 10^m, 10^(m + s)) with m and s the mean
+    and std over seeds of the smoothed log10 x_u; values x_u <= 0 count as missing (`band` bridges gaps).
+    A band that a log axis shows whole (mean - std of x itself can fall below 0)."""
+    logs = [(steps, np.log10(np.where(values > 0, values, np.nan))) for steps, values in curves]
+    steps, mean, std = band(logs, window)
+    return steps, 10 ** (mean - std), 10 ** mean, 10 ** (mean + std)
 
 
 def plot_curves(study: Study, results: list[Any], path: pathlib.Path, which: str = "return") -> None:

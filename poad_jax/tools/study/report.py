@@ -11,11 +11,13 @@ from typing import Any
 import numpy as np
 
 from poad_jax.tools.study.actions import actions_section
-from poad_jax.tools.study.figures import plot_curves, plot_heatmap, plot_step_curves, smooth
+from poad_jax.tools.study.figures import plot_curves, plot_dynamics, plot_heatmap, plot_step_curves, smooth
 from poad_jax.tools.study.programs import best_programs_section
 from poad_jax.tools.study.scheduler import (cell_finished, format_seconds, read_json, read_records, repo_commit,
                                              seed_major, this_machine)
-from poad_jax.tools.study.speed import episodes_per_update, steps_to_first_success, success_speed_table
+from poad_jax.tools.study.evaluations import evaluation_section
+from poad_jax.tools.study.speed import (episodes_per_update, steps_to_first_success, success_speed_table,
+                                        wilson_interval)
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
                                         reference_ranges)
 
@@ -123,7 +125,7 @@ def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
     return results
 
 
-FIGURES = ("return", "success", "heatmap", "steps")
+FIGURES = ("return", "success", "heatmap", "steps", "dynamics")
 PHASE_SECONDS = ("seconds_sampling", "seconds_env", "seconds_behaviour", "seconds_learner")
 
 
@@ -256,22 +258,6 @@ def episode_successes(records: list[dict[str, Any]]) -> tuple[int, int]:
     """
     updates = episodes_per_update(records)
     return sum(won for _, _, won in updates), sum(ended for _, ended, _ in updates)
-
-
-def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson's score interval for a binomial proportion p = k / n (95 % for the default z):
-
-        (p + z^2 / 2n -+ z sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n)
-
-    (NaN, NaN) for n = 0.  Unlike p -+ z sqrt(p (1 - p) / n) it stays inside [0, 1] and is not empty at k = 0.
-    """
-    if trials <= 0:
-        return float("nan"), float("nan")
-    p, n = successes / trials, float(trials)
-    centre = p + z * z / (2 * n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    scale = 1 + z * z / n
-    return max(0.0, (centre - half) / scale), min(1.0, (centre + half) / scale)
 
 
 def success_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
@@ -450,8 +436,9 @@ def shown_path(path: pathlib.Path) -> str:
 
 
 def write_report(study: Study, workdir: pathlib.Path, out: pathlib.Path | None = None) -> pathlib.Path:
-    """Writes `report.md`, `return.png`, `success.png` (and `heatmap.png`, and `steps.png` with report
-    option `steps`) on the cells in `workdir`, into `out` (default `workdir`)."""
+    """Writes `report.md`, `return.png`, `success.png`, `dynamics.png` when a learner logged (and
+    `heatmap.png`, and `steps.png` with report option `steps`) on the cells in `workdir`, into `out`
+    (default `workdir`)."""
     out = workdir if out is None else out
     results = aggregate(study, workdir)
     per_cell = cell_table(study, workdir)
@@ -467,6 +454,7 @@ def write_report(study: Study, workdir: pathlib.Path, out: pathlib.Path | None =
     for figure in FIGURES:  # none left from an earlier report
         (out / f"{figure}.png").unlink(missing_ok=True)
     stepped = bool(report.get("steps")) and plot_step_curves(study, workdir, out / "steps.png")
+    moved = plot_dynamics(study, workdir, out / "dynamics.png")
     if any_finished:
         plot_curves(study, results, out / "return.png", "return")
         plot_curves(study, results, out / "success.png", "success")
@@ -512,7 +500,10 @@ def write_report(study: Study, workdir: pathlib.Path, out: pathlib.Path | None =
         lines += [""] + outcomes
     dynamics = dynamics_table(study, workdir)
     if dynamics:
-        lines += [""] + dynamics
+        lines += [""] + dynamics + (["", "![dynamics](dynamics.png)"] if moved else [])
+    evaluations = evaluation_section(study, workdir)
+    if evaluations:
+        lines += [""] + evaluations
     for section in (actions_section(study, workdir, fraction), best_programs_section(study, workdir)):
         if section:
             lines += [""] + section

@@ -1,6 +1,7 @@
 """A study report's table of how soon each cell learns (report option `success_speed`): the env steps
 to its first successful episode and to a success rate of r over its latest n episodes (0.5 over 16 by
-default), seed by seed, per group; cells still running count where they have got to."""
+default), seed by seed, per group; cells still running count where they have got to. Also the interval
+that the reports give a count of successes (`wilson_interval`)."""
 
 from __future__ import annotations
 
@@ -93,3 +94,19 @@ def success_speed_table(study: Study, workdir: pathlib.Path) -> list[str]:
         lines.append(f"| {label} | {first} | {_mean([r[1] for r in rows])} | {half} | "
                      f"{_mean([r[2] for r in rows])} |")
     return lines
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson's score interval for a binomial proportion p = k / n (95 % for the default z):
+
+        (p + z^2 / 2n -+ z sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n)
+
+    (NaN, NaN) for n = 0.  Unlike p -+ z sqrt(p (1 - p) / n) it stays inside [0, 1] and is not empty at k = 0.
+    """
+    if trials <= 0:
+        return float("nan"), float("nan")
+    p, n = successes / trials, float(trials)
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    scale = 1 + z * z / n
+    return max(0.0, (centre - half) / scale), min(1.0, (centre + half) / scale)
