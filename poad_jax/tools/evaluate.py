@@ -86,23 +86,31 @@ def policies_differ(config) -> bool:
         config.restricted_sampling != "trie" or float(config.trie_explore_temperature) > 0)
 
 
-def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy: bool, seed: int, max_steps: int,
-                 policy: str = "behaviour") -> EvalResult:
-    """Plays `episodes` full episodes (threads in parallel) of `policy` (`policy_config`) and averages
-    return and success."""
+def playing_collector(model, tokenizer, config, env_name: str, threads: int, greedy: bool, seed: int,
+                      policy: str = "behaviour") -> RolloutCollector:
+    """A collector that plays `policy` (`policy_config`) of the trained `model` on `threads` threads of
+    `env_name`, one env step per `collect`, sampled at the run's temperature or greedy; the caller
+    closes `collector.envs`."""
     config = policy_config(config, policy)
     method = build_method(config)
     rconfig = rollout_config(config, tuple(tokenizer.eos_token_ids))
     sampling = dataclasses.replace(rconfig.sampling, temperature=0.0 if greedy else rconfig.sampling.temperature)
-    threads = min(episodes, int(config.num_threads))
     rconfig = dataclasses.replace(rconfig, sampling=sampling, num_threads=threads, rollout_length=1)
     kwargs = dict(config.env.kwargs) if env_name == config.env.name else {}
     try:
         envs = envs_py.VectorEnv(env_name, threads, seed=seed, mode=str(config.env.vector_mode), **kwargs)
     except Exception as error:  # kwargs and data files are the user's: one line, not a traceback
         raise ExportError(f"cannot build environment {env_name!r}: {' '.join(str(error).split())}") from None
-    collector = RolloutCollector(envs, tokenizer, Sampler(model, prompt_buckets=rconfig.prompt_buckets), method,
-                                 rconfig, seed=seed)
+    return RolloutCollector(envs, tokenizer, Sampler(model, prompt_buckets=rconfig.prompt_buckets), method,
+                            rconfig, seed=seed)
+
+
+def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy: bool, seed: int, max_steps: int,
+                 policy: str = "behaviour") -> EvalResult:
+    """Plays `episodes` full episodes (threads in parallel) of `policy` (`policy_config`) and averages
+    return and success."""
+    collector = playing_collector(model, tokenizer, config, env_name, min(episodes, int(config.num_threads)),
+                                  greedy, seed, policy)
     rng = jax.random.key(seed)
     steps = 0
     try:
@@ -111,7 +119,7 @@ def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy:
             collector.collect(step_rng)
             steps += 1
     finally:
-        envs.close()
+        collector.envs.close()
     returns = collector.stats.finished_returns[:episodes]
     success = collector.stats.finished_success[:episodes]
     return EvalResult(
