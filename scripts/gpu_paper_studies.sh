@@ -151,6 +151,9 @@ evaluate_token_policy() {  # every cell with checkpoints here, at once: the lear
       python3 -m poad_jax.evaluate --workdir="$cell" --policy=$policy --mode=sampled --episodes="${EPISODES:-20}" \
         > "$cell/evaluate_$policy.log" 2>&1 &
     done
+    grep -q '"restricted_sampling": "action_scores"' "$cell/config.json" &&  # the behaviour beside its policy
+      python3 scripts/behaviour_gap.py --workdir="$cell" --episodes="${EPISODES:-20}" --out="$cell" \
+        > "$cell/behaviour_gap.log" 2>&1 &
   done
   wait
   for cell in "$RUNS/$1"/cells/*/; do
@@ -158,6 +161,7 @@ evaluate_token_policy() {  # every cell with checkpoints here, at once: the lear
       [ -f "$table" ] && echo "$(basename "$cell") $(basename "$table") $(tail -n +3 "$table")"
     done
   done
+  grep -h "episodes of mu" "$RUNS/$1"/cells/*/behaviour_gap.md 2>/dev/null
   true  # then `watch 0` packs the evaluation files with the rest
 }
 

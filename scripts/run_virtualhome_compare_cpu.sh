@@ -11,9 +11,11 @@
 # stops; RUNS= another directory than runs/studies). C's own cells published by earlier sessions
 # (docs/results/raw/cpu_<date>_compare, snapshot_studies.sh) are reused likewise. Each finished cell's token
 # policy is played 20 episodes (evaluation_token.txt) and, for POAD and NTPO, whose sampler is another policy,
-# the behaviour too (evaluation.txt); `... evaluate` only does that (for a cell that finished while the runner
-# was stopped). `... snapshot [DEST]` copies the small files of C's cells here, finished or still running, to
-# DEST (default docs/results/raw/cpu_<today>_compare) for committing; the snapshots' finished cells are reused.
+# the behaviour too (evaluation.txt), and an action-score cell's behaviour is set beside its token policy at
+# the states it visits (scripts/behaviour_gap.py: behaviour_gap.md); `... evaluate` only does that (for a cell
+# that finished while the runner was stopped). `... snapshot [DEST]` copies the small files of C's cells here,
+# finished or still running, to DEST (default docs/results/raw/cpu_<today>_compare) for committing; the
+# snapshots' finished cells are reused.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-runs/studies}
@@ -53,7 +55,20 @@ evaluate_finished_cells() {  # the token policy (study C's docstring) and, where
         echo "$(basename "$cell") $policy: evaluation failed, see $cell/evaluate_$policy.log" >&2
       fi
     done
+    measure_behaviour_gap "$cell"
   done
+}
+measure_behaviour_gap() {  # CELL: an action-score cell's behaviour against its token policy, once
+  local cell=${1%/} report=${1%/}/behaviour_gap.md
+  grep -q '"restricted_sampling": "action_scores"' "$cell/config.json" || return 0
+  [ -f "$report" ] || [[ "$failed" == *" $report "* ]] && return 0
+  if "$python" scripts/behaviour_gap.py --workdir="$cell" --episodes=20 --out="$cell" > "$cell/behaviour_gap.log" 2>&1
+  then
+    echo "$(basename "$cell") behaviour gap: $(sed -n 3p "$report" | cut -d. -f1)"
+  else
+    failed+="$report "
+    echo "$(basename "$cell") behaviour gap: failed, see $cell/behaviour_gap.log" >&2
+  fi
 }
 [ "${1:-}" = evaluate ] && { evaluate_finished_cells; evaluate_finished_cells; [ "$failed" = " " ]; exit; }
 snapshot_cells() {  # DEST: the small files of C's cells here (finished or not) via snapshot_studies.sh, except

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Copies the paper-task studies' small per-cell files (metrics.jsonl, config.json,
 # cell.json, finished.json, a COPIED_FROM note, DataSciCoding's best program, the evaluate
-# tables evaluation.txt and evaluation_token.txt, and the logged actions as actions.jsonl.gz) and each
+# tables evaluation.txt and evaluation_token.txt, behaviour_gap.md with its steps compressed, and the logged
+# actions as actions.jsonl.gz) and each
 # study.json into docs/results/raw/ (a cell reused from a sibling study gets a
 # REUSED note instead), so the numbers in docs/results.md survive a lost
 # machine. Checkpoints are not copied.
@@ -27,11 +28,13 @@ for study_dir in "$runs"/*/; do
       continue
     fi
     for name in metrics.jsonl config.json cell.json finished.json best_program.json best_program.py COPIED_FROM \
-                evaluation.txt evaluation_token.txt; do
+                evaluation.txt evaluation_token.txt behaviour_gap.md; do
       [ -f "$cell_dir/$name" ] && cp "$cell_dir/$name" "$target/"
     done
     # The actions a run logged (log_actions), compressed: about 2 kB per DataSciCoding env step as text.
     [ -f "$cell_dir/actions.jsonl" ] && gzip -9 -n -c "$cell_dir/actions.jsonl" > "$target/actions.jsonl.gz"
+    [ -f "$cell_dir/behaviour_gap_steps.jsonl" ] &&
+      gzip -9 -n -c "$cell_dir/behaviour_gap_steps.jsonl" > "$target/behaviour_gap_steps.jsonl.gz"
   done
   echo "$study: $(ls -d "$dest/$study"/*/ 2>/dev/null | wc -l) cells copied"
 done

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import pathlib
@@ -675,9 +676,10 @@ def test_the_snapshot_script_copies_a_studys_small_files_to_the_destination_it_i
     (cell / "checkpoints" / "3" / "state").write_bytes(b"x" * 100)
     (runs / "grid" / "study.json").write_text('{"identity": "grid"}')
     for name in ("metrics.jsonl", "config.json", "cell.json", "finished.json", "train.log", "evaluation.txt",
-                 "evaluation_token.txt", "evaluate_token.log"):
+                 "evaluation_token.txt", "evaluate_token.log", "behaviour_gap.md", "behaviour_gap.log"):
         (cell / name).write_text(name)
     (cell / "actions.jsonl").write_text('{"update": 1, "env_step": 1, "action": "walk"}\n')
+    (cell / "behaviour_gap_steps.jsonl").write_text('{"episode": 0, "mu": 0.2, "pi": 0.01}\n')
     (runs / "other" / "cells" / "NTPO__seed=0").mkdir(parents=True)
     (runs / "other" / "cells" / "NTPO__seed=0" / "metrics.jsonl").write_text("{}")
     (runs / "grid" / "cells" / "NTPO__seed=0").symlink_to(runs / "other" / "cells" / "NTPO__seed=0")
@@ -685,10 +687,13 @@ def test_the_snapshot_script_copies_a_studys_small_files_to_the_destination_it_i
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     copied = dest / "grid" / "POAD__seed=0"
-    assert sorted(p.name for p in copied.iterdir()) == ["actions.jsonl.gz", "cell.json", "config.json",
+    assert sorted(p.name for p in copied.iterdir()) == ["actions.jsonl.gz", "behaviour_gap.md",
+                                                        "behaviour_gap_steps.jsonl.gz", "cell.json", "config.json",
                                                         "evaluation.txt", "evaluation_token.txt", "finished.json",
                                                         "metrics.jsonl"]
     assert action_log.read_actions(copied) == [{"update": 1, "env_step": 1, "action": "walk"}]  # read back, gzipped
+    assert gzip.decompress((copied / "behaviour_gap_steps.jsonl.gz").read_bytes()) == \
+        (cell / "behaviour_gap_steps.jsonl").read_bytes()
     assert (copied / "metrics.jsonl").read_text() == "metrics.jsonl"
     assert (dest / "grid" / "study.json").read_text() == '{"identity": "grid"}'
     assert (dest / "grid" / "NTPO__seed=0" / "REUSED").read_text().startswith("reused: ")
@@ -807,9 +812,13 @@ def test_seeds_runs_only_those_seeds_and_a_later_run_adds_the_rest(tmp_path):
 
 
 FAKE_EVALUATE = """#!/usr/bin/env bash
-# Stands in for python: records each call and writes the table file `evaluate` writes for its --policy.
+# Stands in for python: records each call and writes the table file `evaluate` writes for its --policy, or
+# the report scripts/behaviour_gap.py writes into its --out.
 echo "$*" >> "$CALLS"
 for arg in "$@"; do case $arg in --workdir=*) workdir=${arg#*=} ;; --policy=*) policy=${arg#*=} ;; esac; done
+case $1 in  # scripts/behaviour_gap.py --workdir=CELL ... --out=CELL
+  */behaviour_gap.py) printf '# gap\\n\\n20 episodes of mu. More\\n' > "${workdir%/}/behaviour_gap.md"; exit ;;
+esac
 [ "$policy" = "${FAIL_POLICY:-}" ] && exit 1
 table=evaluation.txt; [ "$policy" = token ] && table=evaluation_token.txt
 printf '# command\\nheader\\nrow %s\\n' "$policy" > "$workdir/$table"
@@ -830,20 +839,30 @@ def test_study_c_on_a_cpu_evaluates_the_token_policy_and_poads_behaviour_once(tm
     (evaluation.txt); a cell already evaluated, unfinished or without checkpoints is left alone."""
     runs, calls, fake = tmp_path / "studies", tmp_path / "calls.txt", stand_in_python(tmp_path)
     cells = runs / "virtualhome_compare" / "cells"
-    for name, method, finished in (("POAD__seed=3", "poad", True), ("TWOSOME__seed=3", "twosome", True),
-                                   ("NTPO__seed=3", "ntpo", False)):
+    for name, method, sampling, finished in (("POAD__seed=3", "poad", "action_scores", True),
+                                             ("POAD-trie__seed=3", "poad", "trie", True),
+                                             ("TWOSOME__seed=3", "twosome", "trie", True),
+                                             ("NTPO__seed=3", "ntpo", "action_scores", False)):
         (cells / name / "checkpoints").mkdir(parents=True)
-        (cells / name / "config.json").write_text(json.dumps({"method": method}, indent=2))
+        (cells / name / "config.json").write_text(json.dumps({"method": method, "restricted_sampling": sampling},
+                                                             indent=2))
         if finished:
             (cells / name / "finished.json").write_text("{}")
     environment = {**os.environ, "RUNS": str(runs), "PYTHON": str(fake), "CALLS": str(calls)}
+    passes = []
     for _ in range(2):  # the second pass finds every table and plays nothing
-        done = subprocess.run(["bash", str(REPO / "scripts" / "run_virtualhome_compare_cpu.sh"), "evaluate"],
-                              capture_output=True, text=True, timeout=120, env=environment)
-        assert done.returncode == 0, done.stderr
-    played = sorted(re.search(r"cells/(\S+?)/? --policy=(\w+)", line).groups()
-                    for line in calls.read_text().splitlines())
-    assert played == [("POAD__seed=3", "behaviour"), ("POAD__seed=3", "token"), ("TWOSOME__seed=3", "token")]
+        passes.append(subprocess.run(["bash", str(REPO / "scripts" / "run_virtualhome_compare_cpu.sh"), "evaluate"],
+                                     capture_output=True, text=True, timeout=120, env=environment))
+        assert passes[-1].returncode == 0, passes[-1].stderr
+    lines = calls.read_text().splitlines()
+    played = sorted(re.search(r"cells/(\S+?)/? --policy=(\w+)", line).groups() for line in lines if "--policy" in line)
+    assert played == [("POAD-trie__seed=3", "behaviour"), ("POAD-trie__seed=3", "token"),
+                      ("POAD__seed=3", "behaviour"), ("POAD__seed=3", "token"), ("TWOSOME__seed=3", "token")]
+    gaps = [re.search(r"cells/(\S+?)/? ", line).group(1) for line in lines if "behaviour_gap.py" in line]
+    assert gaps == ["POAD__seed=3"]  # the one finished cell that sampled from the action scores, once
+    assert "POAD__seed=3 behaviour gap: 20 episodes of mu\n" in passes[0].stdout
+    assert "gap" not in passes[1].stdout
+    assert (cells / "POAD__seed=3" / "behaviour_gap.md").exists()
     assert (cells / "POAD__seed=3" / "evaluation.txt").read_text().splitlines()[-1] == "row behaviour"
     assert not (cells / "TWOSOME__seed=3" / "evaluation.txt").exists()
     assert not list((cells / "NTPO__seed=3").glob("evaluation*"))
