@@ -40,6 +40,11 @@ cell of this study ran; no setting changes after a cell has run):
   plays 20 episodes too (`--policy=behaviour`, evaluation.txt; the token
   policy's table is evaluation_token.txt), so that the two are compared on
   the same footing rather than against the training success.
+  Added 2026-11-27 (twelfth session, after C's first four new cells had run;
+  a measurement, no setting changed): at each action-score cell's final
+  checkpoint, scripts/behaviour_gap.py plays 20 episodes of the behaviour and
+  sets the token policy's probability of each action taken beside the
+  behaviour's (behaviour_gap.md).
 
 A user trains the same variants with `--config=configs/virtualhome.py:<method>`
 (its `COMPARISON_METHODS`; tests/test_config.py keeps the two equal).
