@@ -15,9 +15,11 @@ continuations, at temperature 1), for the offered action that was taken and for 
 and reports, pooled over steps, over the steps of successful and of failed episodes, and per action
 taken: mu and pi of the taken action, how often their most likely actions differ, and the weights the
 correction would give the taken action's tokens (their mean beside the run's logged `importance_weight`).
-`behaviour_logprobs` recorded by the collector are checked against mu recomputed here.
+`behaviour_logprobs` recorded by the collector are checked against mu recomputed here. With `--initial`,
+both policies as training started (LoRA B = 0: the base model) are scored at the same states too, so the
+report shows how far training moved each action's probability.
 
-    .venv/bin/python scripts/behaviour_gap.py --workdir=<run> [--episodes=20] [--seed=12345] [--out=<dir>]
+    .venv/bin/python scripts/behaviour_gap.py --workdir=<run> [--episodes=20] [--seed=12345] [--initial] [--out=<dir>]
 
 `--out` writes `behaviour_gap.md` and every step as `behaviour_gap_steps.jsonl` there.
 """
@@ -48,6 +50,8 @@ class StepGap:
     pi_best: str
     recorded_gap: float  # max_j |log mu(w_j) recomputed - the collector's behaviour_logprobs_j|
     success: bool = False  # of the episode
+    mu_initial: float = math.nan  # of the taken action, as training started (`--initial`; else NaN)
+    pi_initial: float = math.nan
 
 
 def step_gap(candidates: list[list[int]], texts: list[str], mu: np.ndarray, pi: np.ndarray, chosen: int,
@@ -75,8 +79,22 @@ def refuse_unless_action_scores(config: dict) -> None:
         raise SystemExit(f"error: the token policy here is the trie at temperature 1; the run samples at {temperature}")
 
 
-def play(workdir: pathlib.Path, episodes: int, seed: int, max_steps: int) -> tuple[list[StepGap], dict]:
-    """The `StepGap` of every step of the first `episodes` finished episodes, and the run's config."""
+def initial_actor(model):
+    """A copy of the trained actor `model` with every LoRA B set to zero: the actor as training started
+    (B is initialised to zero, so the adapted forward W x + s A B x is the base model's W x)."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    initial = nnx.clone(model)
+    for name in list(initial.layers.lora_b.keys()):
+        initial.layers.lora_b[name][...] = jnp.zeros_like(initial.layers.lora_b[name][...])
+    return initial
+
+
+def play(workdir: pathlib.Path, episodes: int, seed: int, max_steps: int,
+         initial: bool = False) -> tuple[list[StepGap], dict]:
+    """The `StepGap` of every step of the first `episodes` finished episodes, and the run's config; with
+    `initial`, each step also scored by the actor as training started (`initial_actor`)."""
     import jax
 
     from poad_jax.tools.evaluate import playing_collector
@@ -89,6 +107,10 @@ def play(workdir: pathlib.Path, episodes: int, seed: int, max_steps: int) -> tup
     collector = playing_collector(model, tokenizer, config, str(config.env.name),
                                   min(episodes, int(config.num_threads)), False, seed)
     sampler, normalization = collector.sampler, collector.config.twosome_normalization
+    if initial:
+        from poad_jax.sampling import Sampler
+
+        start = Sampler(initial_actor(model), prompt_buckets=collector.config.prompt_buckets)
     running: dict[int, list[StepGap]] = {}
     finished: list[StepGap] = []
     rng, steps, done = jax.random.key(seed), 0, 0
@@ -105,6 +127,8 @@ def play(workdir: pathlib.Path, episodes: int, seed: int, max_steps: int) -> tup
                 gap = step_gap(record.candidates, record.candidate_texts, mu, pi, record.chosen,
                                record.behaviour_logprobs)
                 gap.thread = b
+                if initial:
+                    gap.mu_initial, gap.pi_initial = initial_probabilities(start, record, normalization)
                 running.setdefault(b, []).append(gap)
             for b, success in zip(ended, collector.stats.finished_success[before:]):  # in thread order
                 for gap in running.pop(b):
@@ -116,6 +140,14 @@ def play(workdir: pathlib.Path, episodes: int, seed: int, max_steps: int) -> tup
         collector.envs.close()
     kept = [g for g in finished if g.episode < episodes]
     return kept, config
+
+
+def initial_probabilities(sampler, record, normalization: str) -> tuple[float, float]:
+    """(mu, pi) of `record`'s taken action under `sampler`'s actor (normalised over the offered ones)."""
+    mu = np.asarray(sampler.score_actions(record.prompt, record.candidates, normalization=normalization,
+                                          action_texts=record.candidate_texts).probs, np.float64)
+    pi = np.asarray(sampler.constrained_action_probs(record.prompt, record.candidates), np.float64)
+    return float(mu[record.chosen] / mu.sum()), float(pi[record.chosen] / pi.sum())
 
 
 def _mean(values: list[float]) -> str:
@@ -151,14 +183,18 @@ def report(gaps: list[StepGap], workdir: pathlib.Path, logged_weight: float | No
     by_action: dict[str, list[StepGap]] = {}
     for gap in gaps:
         by_action.setdefault(gap.action, []).append(gap)
+    initial = any(not math.isnan(g.pi_initial) for g in gaps)
+    start = " | mean mu as training started | mean pi as training started" if initial else ""
     lines += ["", "Per action taken (most taken first):", "",
-              "| action | taken | of them in successful episodes | mean mu | mean pi | mean weights of its tokens |",
-              "|" + "---|" * 6]
+              f"| action | taken | of them in successful episodes | mean mu | mean pi{start} | "
+              "mean weights of its tokens |", "|" + "---|" * (8 if initial else 6)]
     for action, taken in sorted(by_action.items(), key=lambda item: -len(item[1])):
         weights = np.mean([g.weights for g in taken], axis=0) if len({len(g.weights) for g in taken}) == 1 else None
         shown = "-" if weights is None else ", ".join(f"{w:.3f}" for w in weights)
+        before = (f" | {_mean([g.mu_initial for g in taken])} | {_mean([g.pi_initial for g in taken])}"
+                  if initial else "")
         lines.append(f"| {action} | {len(taken)} | {sum(g.success for g in taken)} | {_mean([g.mu for g in taken])} | "
-                     f"{_mean([g.pi for g in taken])} | {shown} |")
+                     f"{_mean([g.pi for g in taken])}{before} | {shown} |")
     return "\n".join(lines) + "\n"
 
 
@@ -172,18 +208,25 @@ def logged_importance_weight(workdir: pathlib.Path) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def jsonable(step: dict) -> dict:
+    """A step's fields with NaN (not measured) as None, which JSON has."""
+    return {key: None if isinstance(value, float) and math.isnan(value) else value for key, value in step.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/behaviour_gap.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", required=True, type=pathlib.Path)
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--max-steps", type=int, default=1000, help="env steps per thread before giving up")
+    parser.add_argument("--initial", action="store_true",
+                        help="also score each step with the actor as training started (LoRA B = 0)")
     parser.add_argument("--out", type=pathlib.Path, help="directory for behaviour_gap.md and its steps")
     args = parser.parse_args(argv)
     from poad_jax.tools.export import ExportError
 
     try:
-        gaps, _ = play(args.workdir, args.episodes, args.seed, args.max_steps)
+        gaps, _ = play(args.workdir, args.episodes, args.seed, args.max_steps, args.initial)
     except ExportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -193,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "behaviour_gap.md").write_text(text)
         (args.out / "behaviour_gap_steps.jsonl").write_text(
-            "".join(json.dumps(dataclasses.asdict(g)) + "\n" for g in gaps))
+            "".join(json.dumps(jsonable(dataclasses.asdict(g))) + "\n" for g in gaps))
     return 0
 
 

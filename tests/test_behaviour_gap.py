@@ -67,9 +67,11 @@ def test_the_episodes_are_the_behaviours_own_and_mu_is_what_the_collector_record
     from poad_jax.tools.export import load_trained_actor
 
     workdir, config = action_score_run
-    assert gap_script.main([f"--workdir={workdir}", "--episodes=6", "--seed=7", f"--out={tmp_path}"]) == 0
+    assert gap_script.main([f"--workdir={workdir}", "--episodes=6", "--seed=7", "--initial", f"--out={tmp_path}"]) == 0
     steps = [json.loads(line) for line in (tmp_path / "behaviour_gap_steps.jsonl").read_text().splitlines()]
     assert max(s["recorded_gap"] for s in steps) < 1e-5  # mu recomputed = the log-probs the collector recorded
+    assert all(0 < s["mu_initial"] <= 1 and 0 < s["pi_initial"] <= 1 for s in steps)
+    assert any(abs(s["pi_initial"] - s["pi"]) > 1e-6 for s in steps)  # training moved the policy
     episodes = [list(group) for _, group in itertools.groupby(steps, key=lambda s: s["episode"])]
     assert [e[0]["episode"] for e in episodes] == list(range(6))  # each episode's steps together, in order
     assert all(len({s["thread"] for s in e}) == 1 and len({s["success"] for s in e}) == 1 for e in episodes)
@@ -79,6 +81,27 @@ def test_the_episodes_are_the_behaviours_own_and_mu_is_what_the_collector_record
     assert sum(e[0]["success"] for e in episodes) == round(played.success_rate * 6)  # the same episodes
     text = (tmp_path / "behaviour_gap.md").read_text()
     assert f"6 episodes of mu, {round(played.success_rate * 6)} successful; {len(steps)} steps" in text
+    assert "| mean mu as training started | mean pi as training started |" in text
+
+
+def test_the_initial_actor_is_the_one_training_started_from(action_score_run):
+    """LoRA B zeroed in the trained actor gives the actor `build` makes before any update, to the last bit
+    of its action scores; the trained actor's scores differ."""
+    from poad_jax.core.policy import merge_model
+    from poad_jax.run.build import build
+    from poad_jax.sampling import Sampler
+    from poad_jax.tools.export import load_trained_actor
+
+    workdir, config = action_score_run
+    _, trained, tokenizer, _ = load_trained_actor(workdir)
+    built = build(config)
+    fresh = merge_model(built.graph, built.frozen, built.params["actor"])
+    prompt = list(tokenizer.encode("You are in a room with three doors."))
+    actions = [list(tokenizer.encode(f" walk to the {colour} door")) for colour in ("red", "green", "blue")]
+    scores = [Sampler(actor).score_actions(prompt, actions, normalization="none").token_logprob_sums
+              for actor in (gap_script.initial_actor(trained), fresh, trained)]
+    np.testing.assert_array_equal(scores[0], scores[1])
+    assert not np.allclose(scores[0], scores[2])
 
 
 def test_a_run_whose_behaviour_is_its_token_policy_is_refused_in_one_line(tmp_path, capsys):
