@@ -152,7 +152,7 @@ evaluate_token_policy() {  # every cell with checkpoints here, at once: the lear
         > "$cell/evaluate_$policy.log" 2>&1 &
     done
     grep -q '"restricted_sampling": "action_scores"' "$cell/config.json" &&  # the behaviour beside its policy
-      python3 scripts/behaviour_gap.py --workdir="$cell" --episodes="${EPISODES:-20}" --out="$cell" \
+      python3 scripts/behaviour_gap.py --workdir="$cell" --episodes="${EPISODES:-20}" --initial --out="$cell" \
         > "$cell/behaviour_gap.log" 2>&1 &
   done
   wait

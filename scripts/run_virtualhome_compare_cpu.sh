@@ -62,7 +62,8 @@ measure_behaviour_gap() {  # CELL: an action-score cell's behaviour against its 
   local cell=${1%/} report=${1%/}/behaviour_gap.md
   grep -q '"restricted_sampling": "action_scores"' "$cell/config.json" || return 0
   [ -f "$report" ] || [[ "$failed" == *" $report "* ]] && return 0
-  if "$python" scripts/behaviour_gap.py --workdir="$cell" --episodes=20 --out="$cell" > "$cell/behaviour_gap.log" 2>&1
+  if "$python" scripts/behaviour_gap.py --workdir="$cell" --episodes=20 --initial --out="$cell" \
+      > "$cell/behaviour_gap.log" 2>&1
   then
     echo "$(basename "$cell") behaviour gap: $(sed -n 3p "$report" | cut -d. -f1)"
   else
