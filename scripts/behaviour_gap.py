@@ -121,9 +121,7 @@ def play(workdir: pathlib.Path, episodes: int, seed: int, max_steps: int,
             records = collector.collect(step_rng)[0][0]
             ended = [b for b, record in enumerate(records) if record.done]
             for b, record in enumerate(records):
-                mu = sampler.score_actions(record.prompt, record.candidates, normalization=normalization,
-                                           action_texts=record.candidate_texts).probs
-                pi = sampler.constrained_action_probs(record.prompt, record.candidates)
+                mu, pi = action_probabilities(sampler, record, normalization)
                 gap = step_gap(record.candidates, record.candidate_texts, mu, pi, record.chosen,
                                record.behaviour_logprobs)
                 gap.thread = b
@@ -142,11 +140,18 @@ def play(workdir: pathlib.Path, episodes: int, seed: int, max_steps: int,
     return kept, config
 
 
+def action_probabilities(sampler, record, normalization: str) -> tuple[np.ndarray, np.ndarray]:
+    """(mu, pi) over `record`'s offered actions under `sampler`'s actor: the action scores' softmax and the
+    trie policy at temperature 1."""
+    mu = sampler.score_actions(record.prompt, record.candidates, normalization=normalization,
+                               action_texts=record.candidate_texts).probs
+    pi = sampler.constrained_action_probs(record.prompt, record.candidates)
+    return np.asarray(mu, np.float64), np.asarray(pi, np.float64)
+
+
 def initial_probabilities(sampler, record, normalization: str) -> tuple[float, float]:
     """(mu, pi) of `record`'s taken action under `sampler`'s actor (normalised over the offered ones)."""
-    mu = np.asarray(sampler.score_actions(record.prompt, record.candidates, normalization=normalization,
-                                          action_texts=record.candidate_texts).probs, np.float64)
-    pi = np.asarray(sampler.constrained_action_probs(record.prompt, record.candidates), np.float64)
+    mu, pi = action_probabilities(sampler, record, normalization)
     return float(mu[record.chosen] / mu.sum()), float(pi[record.chosen] / pi.sum())
 
 
