@@ -73,12 +73,13 @@ measure_behaviour_gap() {  # CELL: an action-score cell's behaviour against its 
 }
 [ "${1:-}" = evaluate ] && { evaluate_finished_cells; evaluate_finished_cells; [ "$failed" = " " ]; exit; }
 snapshot_cells() {  # DEST: the small files of C's cells here (finished or not) via snapshot_studies.sh, except
-  local dest=${1%/} staging cell name  # a cell published finished in another snapshot (it stays there alone)
+  local dest=${1%/} staging cell name  # one published finished in another snapshot or reused from B (one copy)
   staging=$runs/.snapshot_staging  # hard links (cp -l) on the runs' own file system: no checkpoint is copied
   rm -rf "$staging" && mkdir -p "$staging/virtualhome_compare/cells"
   cp "$runs/virtualhome_compare/study.json" "$staging/virtualhome_compare/"
   for cell in "$runs"/virtualhome_compare/cells/*/; do
     name=$(basename "$cell")
+    [ -L "${cell%/}" ] && continue  # a cell reused from a sibling study (B): published with it
     ls -d "$raw"/cpu_*_compare/virtualhome_compare/"$name"/finished.json 2>/dev/null | grep -v "^$dest/" >/dev/null && continue
     cp -rl "$cell" "$staging/virtualhome_compare/cells/$name"
   done

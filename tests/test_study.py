@@ -889,8 +889,9 @@ def test_study_c_on_a_cpu_tries_a_failed_evaluation_once_a_pass_and_says_so(tmp_
 
 def test_study_c_on_a_cpu_snapshots_its_cells_except_those_published_finished_elsewhere(tmp_path):
     """`... snapshot DEST`: the small files of C's cells, a running one too (no finished.json), land in
-    DEST/virtualhome_compare; a cell already published finished in another snapshot is left out (so the
-    published cells stay one copy each); no checkpoint is copied and the cells here keep theirs."""
+    DEST/virtualhome_compare; a cell already published finished in another snapshot, or one the study reused
+    from B (a link to a sibling study's cell, published with B), is left out (so the published cells stay
+    one copy each); no checkpoint is copied and the cells here keep theirs."""
     runs, raw = tmp_path / "studies", tmp_path / "raw"
     published = raw / "cpu_2026-01-01_compare" / "virtualhome_compare" / "POAD__seed=3"
     published.mkdir(parents=True)
@@ -903,6 +904,11 @@ def test_study_c_on_a_cpu_snapshots_its_cells_except_those_published_finished_el
         if finished:
             (study / "cells" / name / "finished.json").write_text("{}")
     (study / "study.json").write_text('{"identity": "virtualhome_compare"}')
+    reused = runs / "virtualhome_options" / "cells" / "POAD__seed=0"  # B's cell, which the study linked in
+    reused.mkdir(parents=True)
+    (reused / "finished.json").write_text("{}")
+    (reused / "metrics.jsonl").write_text('{"cell": "POAD__seed=0"}\n')
+    (study / "cells" / "POAD__seed=0").symlink_to(pathlib.Path("../../virtualhome_options/cells/POAD__seed=0"))
     dest = raw / "cpu_2026-02-02_compare"
     done = subprocess.run(["bash", str(REPO / "scripts" / "run_virtualhome_compare_cpu.sh"), "snapshot", str(dest)],
                           capture_output=True, text=True, timeout=120,
