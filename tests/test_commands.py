@@ -1,6 +1,6 @@
-"""The commands as a newcomer first meets them: `--help` on every entry point, Ctrl-C at start-up and as
-the run ends, the summary's continue command, a tiny-random model that cannot read an environment's
-actions, a preset's curve panels and the export's base model."""
+"""The commands as a newcomer first meets them: `--help` on every entry point, a benchmark's missing config
+file, Ctrl-C at start-up and as the run ends, the summary's continue command, a tiny-random model that cannot
+read an environment's actions, a preset's curve panels and the export's base model."""
 
 from __future__ import annotations
 
@@ -77,6 +77,15 @@ def test_each_benchmark_has_help_too(bench):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m poad_jax.bench {bench}"), done.stderr
     assert "--" in done.stdout and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("bench", ["e2e", "logprob_gap"])  # the absl benchmarks, which take a --config file
+def test_a_benchmark_given_a_missing_config_file_says_so_in_one_line(bench, tmp_path):
+    missing = tmp_path / "no_such_config.py"
+    done = subprocess.run([sys.executable, "-m", "poad_jax.bench", bench, f"--config={missing}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and str(missing) in done.stderr and done.stderr.startswith("error: ")
 
 
 @pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # preexec_fn forks; it only resets SIGINT, then execs

@@ -26,7 +26,10 @@ def parse_or_report(parse, argv: list[str], doc: str = ""):
                   + f" {item.help}")
         sys.exit(0)
     try:
-        return parse(argv)
+        values = parse(argv)
+        if "config" in values and values.config is not None:
+            values.config.keys()  # config_flags raises a file's load error at its first use: here, not mid-run
+        return values
     except Exception as error:  # noqa: BLE001 - absl's flag errors of every kind
-        print(f"error: {error}", file=sys.stderr)
+        print("error: " + " ".join(line.strip() for line in str(error).splitlines()), file=sys.stderr)
         return None

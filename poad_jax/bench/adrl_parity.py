@@ -471,7 +471,8 @@ def coverage(arrays: dict[str, np.ndarray], name: str) -> dict[str, bool]:
 
 def timing_line(name: str, timed: dict) -> str:
     """One line: our update's seconds on the case's rows beside the authors' (when recorded) and their ratio."""
-    line = f"update on the same {timed['rows']} rows, case {name}: ours {timed['ours']:.3f} s (jit, best after compiling)"
+    line = (f"update on the same {timed['rows']} rows, case {name}: "
+            f"ours {timed['ours']:.3f} s (jit, best after compiling)")
     if timed["theirs"] is None:
         return line + "; the authors' time is not in this case file (make it again with scripts/reference/" \
                       "adrl_update_cases.py)"

@@ -139,7 +139,8 @@ def main(argv: list[str]) -> int:
         error = {"jit token_gae": result["errors"]["scan"], "jit parallel": result["errors"]["parallel"]}
         for method, (median, best) in result["timings"].items():
             error_text = f"{error[method]:.2e}" if method in error else ""
-            print(f"{shape:>12}  {method:<15} {median * 1e3:>10.2f} {best * 1e3:>9.2f} {loop / median:>10.1f}  {error_text}")
+            print(f"{shape:>12}  {method:<15} {median * 1e3:>10.2f} {best * 1e3:>9.2f} {loop / median:>10.1f}  "
+                  f"{error_text}")
     print("loop/this = median loop-per-token time / median time of the row")
     first, second = (result["timings"] for result in results)
     median = lambda timing: timing[0]

@@ -77,7 +77,8 @@ def iteration_seconds(model_name: str) -> dict[str, float]:
     config.plot = False
     with tempfile.TemporaryDirectory() as workdir:
         record = train.run(config, workdir, show_progress=False, max_updates=1).records[-1]
-    return {key: record[key] for key in ("seconds_sampling", "seconds_env", "seconds_behaviour", "seconds_learner", "peak_rss_mb")}
+    keys = ("seconds_sampling", "seconds_env", "seconds_behaviour", "seconds_learner", "peak_rss_mb")
+    return {key: record[key] for key in keys}
 
 
 def main(argv: list[str]) -> int:
@@ -106,7 +107,8 @@ def main(argv: list[str]) -> int:
             "generation_seconds": seconds,
             "cut_off": int(sum(cut)),
             "lengths": lengths,
-            "errors": sorted({r["error"].splitlines()[-1] if r["error"] else "" for r in results if not r["success"]})[:5],
+            "errors": sorted({r["error"].splitlines()[-1] if r["error"] else ""
+                              for r in results if not r["success"]})[:5],
         }
         if args.iteration:
             entry["iteration"] = iteration_seconds(name)

@@ -183,37 +183,24 @@ def roofline(records: list[dict], matmul_gflops: float) -> dict | None:
     }
 
 
-def main(argv: list[str]) -> int:
-    values = parse_or_report(parse, argv, __doc__)
-    if values is None:
-        return 2
-    if values.versus:
-        if int(values.rounds) < 1:
-            print("error: --rounds must be >= 1", file=sys.stderr)
-            return 2
-        return side_by_side(argv, values.versus, int(values.rounds))
-    from poad_jax.run import hardware
-    from poad_jax.run import metrics as run_logging
-    from poad_jax.run import train
-
-    config = values.config
-    updates = int(values.updates)
-    if updates < 1:
-        print("error: --updates must be >= 1", file=sys.stderr)
-        return 2
+def prepare_config(config, updates: int, share_prompt: bool) -> int:
+    """Sets `config` up for a short timed run of `updates` updates (checkpoints, TensorBoard and
+    plots off; enough env steps); returns the env steps per update."""
     steps_per_update = int(config.num_threads) * int(config.rollout_length)
     config.total_env_steps = max(int(config.total_env_steps), updates * steps_per_update)
     config.tensorboard = False
     config.plot = False
     config.checkpoint_every = 10**9
-    config.share_prompt = bool(config.share_prompt) and bool(values.share_prompt)
-    from poad_jax.bench._machine import matmul_gflops
+    config.share_prompt = bool(config.share_prompt) and share_prompt
+    return steps_per_update
 
-    chosen = hardware.resolve_config(config)  # "auto": the dtype this machine's run will use
-    if chosen:
-        print(chosen, flush=True)
-    matmul_dtype = str(config.matmul_dtype)
-    peak_before = matmul_gflops(matmul_dtype)  # the ceiling: the better of before and after the run
+
+def timed_training(config, workdir: str, updates: int, steps_per_update: int):
+    """`train.run` for `updates` updates (in `workdir`, or a temporary one) with each logged record
+    given its wall seconds since the previous one and its env steps; returns (the run's result,
+    seconds of the whole call).  A `train.TrainError` passes through."""
+    from poad_jax.run import metrics as run_logging
+    from poad_jax.run import train
 
     # Wall time per update: wrap the logger so each record gets the time since the previous one.
     marks = {"last": None}
@@ -228,26 +215,20 @@ def main(argv: list[str]) -> int:
 
     run_logging.MetricsLogger.log = timed_log
     with tempfile.TemporaryDirectory() as scratch:
-        workdir = pathlib.Path(values.workdir or pathlib.Path(scratch) / "run")
+        run_dir = pathlib.Path(workdir or pathlib.Path(scratch) / "run")
         marks["last"] = time.perf_counter()
         start = marks["last"]
         try:
-            result = train.run(config, workdir, show_progress=False, max_updates=updates)
-        except train.TrainError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+            result = train.run(config, run_dir, show_progress=False, max_updates=updates)
         finally:
             run_logging.MetricsLogger.log = original_log
-        total_s = time.perf_counter() - start
-    records = [r for r in result.records if "seconds_wall" in r]  # not those of a resumed run
-    if not records:
-        print("error: no update ran", file=sys.stderr)
-        return 1
-    # The first record's wall time also holds model loading and setup before the first rollout.
-    cold = summarise(records)
-    warm = summarise(records[1:]) if len(records) > 1 else None
-    peak = max(r["peak_rss_mb"] for r in records)
+        return result, time.perf_counter() - start
 
+
+def print_table(config, records: list[dict], cold: dict, warm: dict | None, total_s: float) -> None:
+    """Prints the run's description, the seconds per 1k env steps by phase (cold, and warm when
+    there is more than one update) and the whole call's time, memory and compilations."""
+    peak = max(r["peak_rss_mb"] for r in records)
     sharing = "" if config.method != "twosome" else (
         ", prompt shared" if config.share_prompt else ", per-candidate prompts")
     print(f"e2e: {config.name} ({config.env.name}), model {config.model}, method {config.method}{sharing}, "
@@ -266,15 +247,33 @@ def main(argv: list[str]) -> int:
               + " ".join(f"{100 * summary['fraction'].get(name, 0):9.1f}%" for name in (*PHASES, "other")))
     print(f"whole call {total_s:.1f} s (including model loading); peak RSS {peak:.0f} MiB; "
           f"compilations: learner {records[-1]['compiles_learner']}, sampler {records[-1]['compiles_sampler']}")
+
+
+def print_roofline(roof: dict, matmul_dtype: str, warm: bool) -> None:
+    """Prints the GFLOP per env step and the loop's and each phase's fraction of the matmul peak."""
+    phases = ", ".join(f"{phase} {v['gflop_per_env_step']:.3g} GFLOP at {v['percent']:.1f} %"
+                       for phase, v in roof["by_phase"].items())
+    print(f"roofline: {roof['gflop_per_env_step']:.3g} GFLOP per env step; measured matmul "
+          f"{roof['matmul_gflops']:.0f} GFLOP/s ({matmul_dtype}); loop at {roof['percent']:.1f} % of that "
+          f"({'warm' if warm else 'cold'}; {phases})")
+
+
+def roofline_summary(roof: dict | None) -> dict | None:
+    """The roofline figures for the JSON line, rounded."""
+    if roof is None:
+        return None
+    return {
+        "gflop_per_env_step": float(f"{roof['gflop_per_env_step']:.4g}"),
+        "matmul_gflops": round(roof["matmul_gflops"], 1),
+        "percent": round(roof["percent"], 2),
+        "by_phase": {phase: {k: float(f"{x:.4g}") for k, x in v.items()} for phase, v in roof["by_phase"].items()}}
+
+
+def run_summary(config, records: list[dict], cold: dict, warm: dict | None, roof: dict | None,
+                steps_per_update: int) -> dict:
+    """The JSON line of a single run: the warm figures where there are any, else the cold ones."""
     headline = warm or cold
-    roof = roofline(records[1:] if warm else records, max(peak_before, matmul_gflops(matmul_dtype)))
-    if roof is not None:
-        phases = ", ".join(f"{phase} {v['gflop_per_env_step']:.3g} GFLOP at {v['percent']:.1f} %"
-                           for phase, v in roof["by_phase"].items())
-        print(f"roofline: {roof['gflop_per_env_step']:.3g} GFLOP per env step; measured matmul "
-              f"{roof['matmul_gflops']:.0f} GFLOP/s ({matmul_dtype}); loop at {roof['percent']:.1f} % of that "
-              f"({'warm' if warm else 'cold'}; {phases})")
-    summary = {
+    return {
         "bench": "e2e",
         "config": config.name,
         "model": str(config.model),
@@ -287,16 +286,60 @@ def main(argv: list[str]) -> int:
         "cold_s_per_1k_env_steps": round(cold["s_per_1k_env_steps"], 2),
         "updates": len(records),
         "env_steps_per_update": steps_per_update,
-        "peak_rss_mib": round(peak),
+        "peak_rss_mib": round(max(r["peak_rss_mb"] for r in records)),
         "compiles": {"learner": records[-1]["compiles_learner"], "sampler": records[-1]["compiles_sampler"]},
         "batch_prompt_len": sorted({r["batch_prompt_len"] for r in records}),
-        "roofline": None if roof is None else {
-            "gflop_per_env_step": float(f"{roof['gflop_per_env_step']:.4g}"),
-            "matmul_gflops": round(roof["matmul_gflops"], 1),
-            "percent": round(roof["percent"], 2),
-            "by_phase": {phase: {k: float(f"{x:.4g}") for k, x in v.items()} for phase, v in roof["by_phase"].items()}},
+        "roofline": roofline_summary(roof),
         "load_average": round(os.getloadavg()[0], 2),
         "device": "cpu",
     }
-    print(json.dumps(summary))
+
+
+def run_one(values) -> int:
+    """Times one configuration in this process; prints its table and JSON line; returns the exit status."""
+    from poad_jax.run import hardware
+    from poad_jax.run import train
+
+    config = values.config
+    updates = int(values.updates)
+    if updates < 1:
+        print("error: --updates must be >= 1", file=sys.stderr)
+        return 2
+    steps_per_update = prepare_config(config, updates, bool(values.share_prompt))
+    from poad_jax.bench._machine import matmul_gflops
+
+    chosen = hardware.resolve_config(config)  # "auto": the dtype this machine's run will use
+    if chosen:
+        print(chosen, flush=True)
+    matmul_dtype = str(config.matmul_dtype)
+    peak_before = matmul_gflops(matmul_dtype)  # the ceiling: the better of before and after the run
+    try:
+        result, total_s = timed_training(config, values.workdir, updates, steps_per_update)
+    except train.TrainError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    records = [r for r in result.records if "seconds_wall" in r]  # not those of a resumed run
+    if not records:
+        print("error: no update ran", file=sys.stderr)
+        return 1
+    # The first record's wall time also holds model loading and setup before the first rollout.
+    cold = summarise(records)
+    warm = summarise(records[1:]) if len(records) > 1 else None
+    print_table(config, records, cold, warm, total_s)
+    roof = roofline(records[1:] if warm else records, max(peak_before, matmul_gflops(matmul_dtype)))
+    if roof is not None:
+        print_roofline(roof, matmul_dtype, warm is not None)
+    print(json.dumps(run_summary(config, records, cold, warm, roof, steps_per_update)))
     return 0
+
+
+def main(argv: list[str]) -> int:
+    values = parse_or_report(parse, argv, __doc__)
+    if values is None:
+        return 2
+    if values.versus:
+        if int(values.rounds) < 1:
+            print("error: --rounds must be >= 1", file=sys.stderr)
+            return 2
+        return side_by_side(argv, values.versus, int(values.rounds))
+    return run_one(values)

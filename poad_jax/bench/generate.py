@@ -271,7 +271,8 @@ def memory_floor_lines(result: dict) -> dict:
     return {"read_gbs": round(read, 2), "weight_bytes": weights, "by_batch": by_batch}
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> ArgumentParser:
+    """The command line: batch sizes, lengths, precision, shapes, sides, and the child's hidden flags."""
     parser = ArgumentParser(prog="python -m poad_jax.bench generate", description=__doc__.splitlines()[0])
     parser.add_argument("--batch", default="8", help="batch size, or a comma-separated list (e.g. 1,16,64)")
     parser.add_argument("--prompt-tokens", type=int, default=100)
@@ -294,80 +295,105 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sides", choices=("both", "jax", "torch"), default="both")
     parser.add_argument("--side", choices=("jax", "torch"), help=argparse.SUPPRESS)
     parser.add_argument("--directory", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_arguments(argv: list[str]) -> argparse.Namespace | None:
+    """The parsed and checked arguments (`batches`: the `--batch` list), or None after printing the
+    error (exit status 2)."""
+    args = build_parser().parse_args(argv)
     try:
         args.batches = parse_batches(args.batch)
     except ValueError:
         print(f"error: --batch must be positive integers separated by commas, got {args.batch!r}", file=sys.stderr)
-        return 2
+        return None
     if min(args.prompt_tokens, args.new_tokens, args.repeats) < 1:
         print("error: --prompt-tokens, --new-tokens and --repeats must be >= 1", file=sys.stderr)
-        return 2
+        return None
     if args.shape and args.sides != "jax" and not args.side:
         print("error: --shape builds our model only; add --sides=jax", file=sys.stderr)
-        return 2
+        return None
+    return args
 
-    if args.side:  # child process: one JSON line
-        result = (run_jax if args.side == "jax" else run_torch)(args.directory, args)
-        print(json.dumps(result))
-        return 0
 
-    sides = ("jax", "torch") if args.sides == "both" else (args.sides,)
+def run_sides(args, sides: tuple[str, ...]) -> tuple[dict[str, dict], str]:
+    """Runs each side once, in its own subprocess; returns (each side's result, model description)."""
     with tempfile.TemporaryDirectory() as scratch:
         if args.shape:
             directory, source = "", f"random weights, {args.shape} shapes"
         else:
             directory, source = model_directory(args.random_weights, scratch)
         results = {side: run_side(side, directory, args) for side in sides}
+    return results, source
 
+
+def add_rates(run: dict, args) -> None:
+    """Adds to one batch's `run` its generate and prefill tokens/s, decode step seconds and, where its
+    decode bytes are known, the read bandwidth (GB/s) they imply."""
+    batch = run["batch"]
+    run["tok_s"] = batch * args.new_tokens / run["generate_s"]
+    run["prefill_tok_s"] = batch * args.prompt_tokens / run["prefill_s"]
+    run["decode_step_s"] = max(run["generate_s"] - run["prefill_s"], 0.0) / max(args.new_tokens - 1, 1)
+    if "decode_bytes" in run and run["decode_step_s"] > 0:
+        run["read_gbs"] = run["decode_bytes"] / run["decode_step_s"] / 1e9
+
+
+def print_table(args, sides: tuple[str, ...], results: dict[str, dict], source: str, device: str) -> None:
+    """Prints the setting, one row per side and batch (after `add_rates`) and the peak memory."""
     layers = ", scanned layers" if args.scan_layers else ""
     names = {"jax": f"poad_jax ({args.dtype}, {args.matmul_dtype} matmuls{layers})",
              "torch": f"transformers + PyTorch ({args.torch_dtype})"}
-    device = results["jax"]["device"] if "jax" in results else "cpu"
     print(f"generate: {source}, {device}, {args.prompt_tokens}-token prompts, {args.new_tokens} new tokens "
           f"(greedy, no early stop), best of {args.repeats}")
     print(f"{'side':40s} {'batch':>5s} {'generate tok/s':>15s} {'prefill tok/s':>14s} {'wall s':>8s} "
           f"{'decode ms/step':>15s} {'GB/s read':>10s}")
-    table = []
     for side in sides:
         for run in results[side]["runs"]:
-            batch = run["batch"]
-            run["tok_s"] = batch * args.new_tokens / run["generate_s"]
-            run["prefill_tok_s"] = batch * args.prompt_tokens / run["prefill_s"]
-            run["decode_step_s"] = max(run["generate_s"] - run["prefill_s"], 0.0) / max(args.new_tokens - 1, 1)
-            gbs = ""
-            if "decode_bytes" in run and run["decode_step_s"] > 0:
-                run["read_gbs"] = run["decode_bytes"] / run["decode_step_s"] / 1e9
-                gbs = f"{run['read_gbs']:10.0f}"
-            table.append((side, run))
-            print(f"{names[side]:40s} {batch:5d} {run['tok_s']:15.1f} {run['prefill_tok_s']:14.1f} "
+            add_rates(run, args)
+            gbs = f"{run['read_gbs']:10.0f}" if "read_gbs" in run else ""
+            print(f"{names[side]:40s} {run['batch']:5d} {run['tok_s']:15.1f} {run['prefill_tok_s']:14.1f} "
                   f"{run['generate_s']:8.2f} {1e3 * run['decode_step_s']:15.2f} {gbs:>10s}")
     memory = ", ".join(f"{names[side]} peak RSS {results[side]['peak_rss_mib']:.0f} MiB" for side in sides)
     if "jax" in results and results["jax"].get("device_peak_mib"):
         memory += f", device peak {results['jax']['device_peak_mib']:.0f} MiB"
     print(memory)
-    summary = {"bench": "generate"}
-    if len(sides) == 2:
-        ratios, agreements = [], []
-        for ours, theirs in zip(results["jax"]["runs"], results["torch"]["runs"]):
-            ratios.append(ours["tok_s"] / theirs["tok_s"])
-            agreements.append(greedy_agreement(ours["tokens"], theirs["tokens"]))
-            print(f"batch {ours['batch']}: ratio (ours / PyTorch generate tok/s) {ratios[-1]:.2f}; greedy tokens "
-                  f"identical for the first {agreements[-1]:.1f} of {args.new_tokens} steps on average")
-        summary["ratio"] = round(ratios[0], 3)
-        if len(ratios) > 1:
-            summary["ratios"] = [round(r, 3) for r in ratios]
-        summary["greedy_agreement_steps"] = round(agreements[0], 1)
-    if "jax" in results:
-        print(f"our compilations: {results['jax']['compiles']}")
-        summary["memory_floor"] = memory_floor_lines(results["jax"])
-        if args.peak_gbs > 0:
-            for run in results["jax"]["runs"]:
-                if "read_gbs" in run:
-                    run["bandwidth_fraction"] = run["read_gbs"] / args.peak_gbs
-            print("decode bandwidth at " + f"{args.peak_gbs:g} GB/s peak: " + ", ".join(
-                f"batch {r['batch']} {r['bandwidth_fraction']:.0%}" for r in results["jax"]["runs"]
-                if "bandwidth_fraction" in r))
+
+
+def compare_sides(args, ours: dict, theirs: dict) -> dict:
+    """Prints, per batch, the ours / PyTorch tokens/s ratio and the greedy agreement; returns the
+    JSON line's ratio(s) and agreement (of the first batch)."""
+    ratios, agreements = [], []
+    for our_run, their_run in zip(ours["runs"], theirs["runs"]):
+        ratios.append(our_run["tok_s"] / their_run["tok_s"])
+        agreements.append(greedy_agreement(our_run["tokens"], their_run["tokens"]))
+        print(f"batch {our_run['batch']}: ratio (ours / PyTorch generate tok/s) {ratios[-1]:.2f}; greedy tokens "
+              f"identical for the first {agreements[-1]:.1f} of {args.new_tokens} steps on average")
+    summary = {"ratio": round(ratios[0], 3)}
+    if len(ratios) > 1:
+        summary["ratios"] = [round(r, 3) for r in ratios]
+    summary["greedy_agreement_steps"] = round(agreements[0], 1)
+    return summary
+
+
+def print_ours(args, ours: dict) -> dict:
+    """Prints our compilations, memory floor and (with `--peak-gbs`) bandwidth fraction per batch;
+    returns the JSON line's memory floor figures."""
+    print(f"our compilations: {ours['compiles']}")
+    summary = {"memory_floor": memory_floor_lines(ours)}
+    if args.peak_gbs > 0:
+        for run in ours["runs"]:
+            if "read_gbs" in run:
+                run["bandwidth_fraction"] = run["read_gbs"] / args.peak_gbs
+        print("decode bandwidth at " + f"{args.peak_gbs:g} GB/s peak: " + ", ".join(
+            f"batch {r['batch']} {r['bandwidth_fraction']:.0%}" for r in ours["runs"]
+            if "bandwidth_fraction" in r))
+    return summary
+
+
+def side_summary(args, results: dict[str, dict]) -> dict:
+    """The JSON line's per-side figures: ours_* and pytorch_* (the first batch's, and by batch when
+    there are several)."""
+    summary = {}
     for side, key in (("jax", "ours"), ("torch", "pytorch")):
         if side not in results:
             continue
@@ -380,6 +406,29 @@ def main(argv: list[str]) -> int:
                 str(r["batch"]): {k: round(r[k], 4 if k.endswith("_s") else 1)
                                   for k in ("tok_s", "prefill_tok_s", "decode_step_s", "read_gbs") if k in r}
                 for r in results[side]["runs"]}
+    return summary
+
+
+def main(argv: list[str]) -> int:
+    args = parse_arguments(argv)
+    if args is None:
+        return 2
+
+    if args.side:  # child process: one JSON line
+        result = (run_jax if args.side == "jax" else run_torch)(args.directory, args)
+        print(json.dumps(result))
+        return 0
+
+    sides = ("jax", "torch") if args.sides == "both" else (args.sides,)
+    results, source = run_sides(args, sides)
+    device = results["jax"]["device"] if "jax" in results else "cpu"
+    print_table(args, sides, results, source, device)
+    summary = {"bench": "generate"}
+    if len(sides) == 2:
+        summary.update(compare_sides(args, results["jax"], results["torch"]))
+    if "jax" in results:
+        summary.update(print_ours(args, results["jax"]))
+    summary.update(side_summary(args, results))
     if "jax" in results and results["jax"].get("device_peak_mib"):
         summary["ours_device_peak_mib"] = round(results["jax"]["device_peak_mib"])
     summary.update(batch=args.batches[0] if len(args.batches) == 1 else args.batches,

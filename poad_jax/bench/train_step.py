@@ -110,7 +110,8 @@ def run_jax(directory: str, args) -> dict:
     positions = jnp.asarray(arrays["positions"])
     key_mask = jnp.ones(tokens.shape, bool)
     old_logprobs, _ = jax.jit(lambda frozen, actor, *arrays: action_logprobs(
-        graph, frozen, actor, PackedRows(*arrays, args.prompt), 1.0))(frozen, params["actor"], tokens, positions, key_mask)
+        graph, frozen, actor, PackedRows(*arrays, args.prompt), 1.0))(
+            frozen, params["actor"], tokens, positions, key_mask)
     batch = TokenLevelBatch(
         tokens=tokens,
         positions=positions,
@@ -261,7 +262,8 @@ def run_side(side: str, directory: str, args) -> dict:
     return _sides.run_side("train_step", side, arguments, args.xla_flags)
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> ArgumentParser:
+    """The command line: sizes, precision and memory options, sides, and the child's hidden flags."""
     parser = ArgumentParser(prog="python -m poad_jax.bench train_step", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=ROWS, help="sequences per update")
     parser.add_argument("--prompt", type=int, default=PROMPT, help="prompt tokens per sequence")
@@ -287,21 +289,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sides", choices=("both", "jax", "torch"), default="both")
     parser.add_argument("--side", choices=("jax", "torch"), help=argparse.SUPPRESS)
     parser.add_argument("--directory", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_arguments(argv: list[str]) -> argparse.Namespace | None:
+    """The parsed and checked arguments, or None after printing the error (exit status 2)."""
+    args = build_parser().parse_args(argv)
     if min(args.rows, args.prompt, args.action, args.threads, args.steps, args.rounds) < 1 or args.rows % args.threads:
         print("error: sizes must be >= 1 and --rows divisible by --threads", file=sys.stderr)
-        return 2
-
+        return None
     if args.shape and args.sides != "jax" and not args.side:
         print("error: --shape builds our model only; add --sides=jax", file=sys.stderr)
-        return 2
+        return None
+    return args
 
-    if args.side:  # child process: one JSON line
-        result = (run_jax if args.side == "jax" else run_torch)(args.directory, args)
-        print(json.dumps(result))
-        return 0
 
-    sides = ("jax", "torch") if args.sides == "both" else (args.sides,)
+def run_rounds(args, sides: tuple[str, ...]) -> tuple[dict[str, list[dict]], str]:
+    """Runs the sides alternately for `args.rounds` rounds; returns (each side's runs, model description)."""
     runs: dict[str, list[dict]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as scratch:
         if args.shape:
@@ -312,44 +316,56 @@ def main(argv: list[str]) -> int:
             order = sides if round_index % 2 == 0 else tuple(reversed(sides))
             for side in order:
                 runs[side].append(run_side(side, directory, args))
+    return runs, source
 
+
+def side_figures(side_runs: list[dict], tokens: int) -> dict:
+    """One side's tokens/s, median step, peak RSS, step times, first call and (if profiled) phases."""
+    times = [t for r in side_runs for t in r["times"]]
+    median = statistics.median(times)
+    figures = {"tok_s": tokens / median, "median_s": median, "peak_rss_mib": max(r["peak_rss_mib"] for r in side_runs),
+               "times": times, "first_call_s": statistics.median(r["first_call_s"] for r in side_runs)}
+    if "phases" in side_runs[0]:
+        figures["phases"] = {k: statistics.median(r["phases"][k] for r in side_runs) for k in side_runs[0]["phases"]}
+    return figures
+
+
+def print_table(args, sides: tuple[str, ...], runs: dict[str, list[dict]], source: str, device: str) -> dict:
+    """Prints the setting and one row per side (and its phases); returns each side's `side_figures`."""
     tokens = args.rows * (args.prompt + args.action)
     names = {"jax": f"poad_jax (jit, {args.matmul_dtype} matmuls, remat {args.remat})",
              "torch": f"PyTorch + PEFT ({args.torch_dtype})"}
-    summary_sides = {}
-    device = runs["jax"][0]["device"] if "jax" in runs else "cpu"
     print(f"train_step: {source}, {device}, {args.rows} x {args.prompt + args.action} tokens "
           f"(prompt {args.prompt} + action {args.action}), LoRA r=8 q,v, one PPO update (1 epoch, 1 minibatch); "
           f"median of {args.rounds} x {args.steps} steps per side")
-    print(f"{'side':32s} {'tokens/s':>9s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'first s':>8s} {'peak RSS MiB':>13s}")
+    print(f"{'side':32s} {'tokens/s':>9s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'first s':>8s} "
+          f"{'peak RSS MiB':>13s}")
+    summary_sides = {}
     for side in sides:
-        times = [t for r in runs[side] for t in r["times"]]
-        median = statistics.median(times)
-        peak = max(r["peak_rss_mib"] for r in runs[side])
-        first = statistics.median(r["first_call_s"] for r in runs[side])
-        summary_sides[side] = {"tok_s": tokens / median, "median_s": median, "peak_rss_mib": peak, "times": times,
-                               "first_call_s": first}
-        print(f"{names[side]:32s} {tokens / median:9.1f} {median:9.2f} {min(times):7.2f} {max(times):7.2f} "
-              f"{first:8.1f} {peak:13.0f}")
-        if "phases" in runs[side][0]:
-            phases = {k: statistics.median(r["phases"][k] for r in runs[side]) for k in runs[side][0]["phases"]}
-            summary_sides[side]["phases"] = phases
-            print("  phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
-    summary = {"bench": "train_step"}
-    if "jax" in summary_sides:
-        flops = runs["jax"][0]["flops"]
-        summary["flops_per_step"] = flops
-        summary["device_kind"] = runs["jax"][0]["device"]
-        if args.peak_tflops > 0:
-            seconds = summary_sides["jax"]["median_s"]
-            for key in ("useful", "6N"):
-                summary[f"mfu_{key}"] = round(flops[key] / seconds / (args.peak_tflops * 1e12), 4)
-            print(f"MFU at {args.peak_tflops:g} TFLOP/s peak: {summary['mfu_useful']:.1%} counting forward + "
-                  f"activation backward (2F), {summary['mfu_6N']:.1%} by the 6 x params x tokens convention")
-    if len(sides) == 2:
-        ratio = summary_sides["jax"]["tok_s"] / summary_sides["torch"]["tok_s"]
-        print(f"ratio (ours / PyTorch tokens/s): {ratio:.2f}")
-        summary["ratio"] = round(ratio, 3)
+        s = summary_sides[side] = side_figures(runs[side], tokens)
+        times = s["times"]
+        print(f"{names[side]:32s} {s['tok_s']:9.1f} {s['median_s']:9.2f} {min(times):7.2f} {max(times):7.2f} "
+              f"{s['first_call_s']:8.1f} {s['peak_rss_mib']:13.0f}")
+        if "phases" in s:
+            print("  phases (median s): " + ", ".join(f"{k} {v:.2f}" for k, v in s["phases"].items()))
+    return summary_sides
+
+
+def mfu_figures(args, jax_run: dict, seconds: float) -> dict:
+    """Our FLOPs per step and device kind, and with `--peak-tflops` the MFU both ways (printed too)."""
+    counted = jax_run["flops"]
+    figures = {"flops_per_step": counted, "device_kind": jax_run["device"]}
+    if args.peak_tflops > 0:
+        for key in ("useful", "6N"):
+            figures[f"mfu_{key}"] = round(counted[key] / seconds / (args.peak_tflops * 1e12), 4)
+        print(f"MFU at {args.peak_tflops:g} TFLOP/s peak: {figures['mfu_useful']:.1%} counting forward + "
+              f"activation backward (2F), {figures['mfu_6N']:.1%} by the 6 x params x tokens convention")
+    return figures
+
+
+def side_summary(summary_sides: dict) -> dict:
+    """The JSON line's per-side figures: ours_* and pytorch_* (tokens/s, step seconds, peak RSS, phases)."""
+    summary = {}
     for side, key in (("jax", "ours"), ("torch", "pytorch")):
         if side in summary_sides:
             s = summary_sides[side]
@@ -358,6 +374,31 @@ def main(argv: list[str]) -> int:
             summary[f"{key}_peak_rss_mib"] = round(s["peak_rss_mib"])
             if "phases" in s:
                 summary[f"{key}_phases_s"] = {k: round(v, 3) for k, v in s["phases"].items()}
+    return summary
+
+
+def main(argv: list[str]) -> int:
+    args = parse_arguments(argv)
+    if args is None:
+        return 2
+
+    if args.side:  # child process: one JSON line
+        result = (run_jax if args.side == "jax" else run_torch)(args.directory, args)
+        print(json.dumps(result))
+        return 0
+
+    sides = ("jax", "torch") if args.sides == "both" else (args.sides,)
+    runs, source = run_rounds(args, sides)
+    device = runs["jax"][0]["device"] if "jax" in runs else "cpu"
+    summary_sides = print_table(args, sides, runs, source, device)
+    summary = {"bench": "train_step"}
+    if "jax" in summary_sides:
+        summary.update(mfu_figures(args, runs["jax"][0], summary_sides["jax"]["median_s"]))
+    if len(sides) == 2:
+        ratio = summary_sides["jax"]["tok_s"] / summary_sides["torch"]["tok_s"]
+        print(f"ratio (ours / PyTorch tokens/s): {ratio:.2f}")
+        summary["ratio"] = round(ratio, 3)
+    summary.update(side_summary(summary_sides))
     summary.update(rows=args.rows, prompt=args.prompt, action=args.action, remat=args.remat,
                    matmul_dtype=args.matmul_dtype, torch_dtype=args.torch_dtype,
                    xla_flags=args.xla_flags, load_average=round(os.getloadavg()[0], 1), model=source,
