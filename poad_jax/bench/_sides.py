@@ -27,3 +27,18 @@ def run_side(bench: str, side: str, arguments: list[str], xla_flags: str = "") -
         sys.stderr.write(done.stderr[-4000:])
         raise SystemExit(f"error: the {side} side failed (exit {done.returncode})")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+
+def exit_status_or_sides(args, run_jax, run_torch) -> int | tuple[str, ...]:
+    """A side-by-side benchmark's start: the exit status where it ends here (2: `args` is None, its
+    arguments failed their checks; 0: in the child a side runs in, `--side=jax|torch`, after running
+    that side on `args.directory` and printing its result as one JSON line), else the sides to run
+    (`--sides=both|jax|torch`, ours first)."""
+    if args is None:
+        return 2
+    if args.side:
+        result = (run_jax if args.side == "jax" else run_torch)(args.directory, args)
+        print(json.dumps(result))
+        return 0
+    return ("jax", "torch") if args.sides == "both" else (args.sides,)

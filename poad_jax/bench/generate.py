@@ -411,15 +411,9 @@ def side_summary(args, results: dict[str, dict]) -> dict:
 
 def main(argv: list[str]) -> int:
     args = parse_arguments(argv)
-    if args is None:
-        return 2
-
-    if args.side:  # child process: one JSON line
-        result = (run_jax if args.side == "jax" else run_torch)(args.directory, args)
-        print(json.dumps(result))
-        return 0
-
-    sides = ("jax", "torch") if args.sides == "both" else (args.sides,)
+    sides = _sides.exit_status_or_sides(args, run_jax, run_torch)
+    if isinstance(sides, int):
+        return sides
     results, source = run_sides(args, sides)
     device = results["jax"]["device"] if "jax" in results else "cpu"
     print_table(args, sides, results, source, device)

@@ -379,15 +379,9 @@ def side_summary(summary_sides: dict) -> dict:
 
 def main(argv: list[str]) -> int:
     args = parse_arguments(argv)
-    if args is None:
-        return 2
-
-    if args.side:  # child process: one JSON line
-        result = (run_jax if args.side == "jax" else run_torch)(args.directory, args)
-        print(json.dumps(result))
-        return 0
-
-    sides = ("jax", "torch") if args.sides == "both" else (args.sides,)
+    sides = _sides.exit_status_or_sides(args, run_jax, run_torch)
+    if isinstance(sides, int):
+        return sides
     runs, source = run_rounds(args, sides)
     device = runs["jax"][0]["device"] if "jax" in runs else "cpu"
     summary_sides = print_table(args, sides, runs, source, device)
