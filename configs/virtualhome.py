@@ -3,10 +3,12 @@
 gamma 0.95, critic lr 5e-5 and 6,000 env steps as in the paper, but actor lr
 1e-4 (chosen for this 135M model by studies/virtualhome_lr.py; the paper's
 1e-6 is for LLaMA-2-7B, and at it no method moves here) and 4 threads x 8
-steps per update (188 updates; the paper's 4 x 32 gives 47).  These are the
-settings of the README's VirtualHome figure (studies/virtualhome.py,
-docs/results.md).  The authors' own settings, method by method:
-configs/virtualhome_paper.py.
+steps per update (188 updates; the paper's 4 x 32 gives 47).  With a method
+argument these are the settings of the README's VirtualHome figure (study C,
+studies/virtualhome_compare.py: TWOSOME ahead of POAD and NTPO over five
+seeds; docs/results.md); without one (and --config.method=<method>), of the
+first comparison (studies/virtualhome.py).  The authors' own settings, method
+by method: configs/virtualhome_paper.py.
 
     python -m poad_jax.train --config=configs/virtualhome.py           # POAD, trie sampling
     python -m poad_jax.train --config=configs/virtualhome.py:poad      # the comparison's variants:
