@@ -29,7 +29,6 @@ def run_side(bench: str, side: str, arguments: list[str], xla_flags: str = "") -
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-
 def exit_status_or_sides(args, run_jax, run_torch) -> int | tuple[str, ...]:
     """A side-by-side benchmark's start: the exit status where it ends here (2: `args` is None, its
     arguments failed their checks; 0: in the child a side runs in, `--side=jax|torch`, after running
