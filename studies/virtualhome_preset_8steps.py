@@ -23,6 +23,11 @@ Plan (written before any cell ran, 2026-11-25):
   setting more towards `studies/virtualhome.py` (actor lr 1e-4 first), POAD
   and TWOSOME, seed 0 (`studies/virtualhome_preset_ladder.py`).
 
+Reading the rule (added 2026-11-27, before any cell of this study finished):
+the report's table "Successful episodes in the last 25% of env steps"
+(`python -m poad_jax.study --study=studies/virtualhome_preset_8steps.py
+--report`) gives the pooled count and its Wilson interval, group by group.
+
     python -m poad_jax.study --study=studies/virtualhome_preset_8steps.py
 """
 

@@ -24,6 +24,8 @@ Plan (written before any cell ran, 2026-11-25).  Rule: the first rung whose
 final success (last 25 % of env steps) has a Wilson 95 % interval above the
 untrained policy's 1.7 % names the setting that makes the method learn; that
 rung and the one before it then run seeds 1 and 2.
+The report's table "Successful episodes in the last 25% of env steps" gives
+each rung's count and interval (added 2026-11-27, before any rung ran).
 
     python -m poad_jax.study --study=studies/virtualhome_preset_ladder.py
 """

@@ -525,7 +525,9 @@ def test_wilson_interval_equals_scipys():
 def test_the_report_pools_successful_episodes_per_group_from_the_per_update_rates(tmp_path):
     """Successful episodes are counted per update as rate x episodes ended in it (an update that ended
     none, or whose rate is unknown, adds nothing), summed over a group's cells, running ones included,
-    with Wilson's interval; a study whose cells know no success rate has no such table."""
+    with Wilson's interval; a second table counts the finished cells' last `final_fraction` of env steps
+    alone (the pre-registered rules of study A read it); a study whose cells know no success rate has
+    neither table."""
     study = spec.load_study(write_study(tmp_path, updates=4, seeds=(0, 1)))
     workdir = tmp_path / "runs"
     rng = np.random.default_rng(2)
@@ -547,16 +549,29 @@ def test_the_report_pools_successful_episodes_per_group_from_the_per_update_rate
     assert report.episode_successes(records([2, 6, 1, 3], [0, 1, 0, 0], unknown=(2,))) == (0, 6)
     report.write_report(study, workdir)
     text = (workdir / "report.md").read_text()
-    rows = {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in text.splitlines())
-            if len(c) == 7 and c[0] in ("POAD", "NTPO")}
+    pooled, final = text.split("Successful episodes per group")[1].split("Successful episodes in the last 10%")
+
+    def table(section):
+        return {c[0]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in section.splitlines())
+                if len(c) == 7 and c[0] in ("POAD", "NTPO")}
+
+    rows = table(pooled)
     low, high = report.wilson_interval(6, 18)
     assert rows["POAD"][1:] == ["2", "18", "6", "0: 6, 1: 0", f"{6 / 18:.3f}", f"{low:.3f}-{high:.3f}"]
     assert rows["NTPO"][1:5] == ["1", "8", "0", "0: 0"] and rows["NTPO"][5] == "0.000"
+    # the last 10 % of 64 env steps is update 4 alone; the running NTPO cell is left out
+    assert report.episode_successes(records([3, 0, 5, 4], [1, 0, 2, 3]), fraction=0.1) == (3, 4)
+    assert report.episode_successes(records([3, 0, 5, 4], [1, 0, 2, 3]), fraction=0.5) == (5, 9)
+    rows = table(final)  # the later tables' rows have other shapes or name cells
+    low, high = report.wilson_interval(3, 7)
+    assert set(rows) == {"POAD"}
+    assert rows["POAD"][1:] == ["2", "7", "3", "0: 3, 1: 0", f"{3 / 7:.3f}", f"{low:.3f}-{high:.3f}"]
     for name in cells:
         path = workdir / "cells" / name / "metrics.jsonl"
         path.write_text("".join(json.dumps({**r, "success_rate": None}) + "\n" for r in scheduler.read_records(
             workdir / "cells" / name)))
     assert report.success_count_table(study, workdir) == []
+    assert report.final_success_count_table(study, workdir) == []
 
 
 

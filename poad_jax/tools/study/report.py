@@ -248,16 +248,33 @@ def step_outcome_table(study: Study, workdir: pathlib.Path) -> list[str]:
     return lines
 
 
-def episode_successes(records: list[dict[str, Any]]) -> tuple[int, int]:
+def episode_successes(records: list[dict[str, Any]], fraction: float | None = None) -> tuple[int, int]:
     """Successful and counted episodes of a run, from its per-update success rates:
 
-        k = sum_u round(s_u * (E_u - E_{u-1})),   n = sum_u (E_u - E_{u-1})   (E_0 = 0)
+        k = sum_{u in U} round(s_u * (E_u - E_{u-1})),   n = sum_{u in U} (E_u - E_{u-1})   (E_0 = 0)
 
     where E_u is the episodes finished by update u and s_u the success rate of those finished in it;
-    updates whose rate is unknown (None or NaN) count in neither (`speed.episodes_per_update`).
+    updates whose rate is unknown (None or NaN) count in neither (`speed.episodes_per_update`).  U is every
+    update, or with `fraction` those in the last `fraction` of the run's env steps, as `final_value` takes
+    them: { u : env_steps_u > (1 - fraction) * env_steps_last }.
     """
     updates = episodes_per_update(records)
+    if fraction is not None and records:
+        since = (1.0 - fraction) * float(records[-1].get("env_steps") or 0)
+        updates = [u for u in updates if u[0] > since]
     return sum(won for _, _, won in updates), sum(ended for _, ended, _ in updates)
+
+
+def _pooled_success_rows(groups: dict[tuple, list[tuple[int, int, int]]]) -> list[str]:
+    """One table row per group from its cells' (seed, successes, episodes): the pooled k / n and Wilson's 95 %."""
+    lines = []
+    for group, counts in groups.items():
+        k, n = sum(c[1] for c in counts), sum(c[2] for c in counts)
+        low, high = wilson_interval(k, n)
+        label = ", ".join(label for _, label in group)
+        lines.append(f"| {label} | {len(counts)} | {n:,} | {k:,} | {', '.join(f'{s}: {c}' for s, c, _ in counts)} | "
+                     f"{_number(k / n if n else float('nan'))} | {_number(low)}-{_number(high)} |")
+    return lines
 
 
 def success_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
@@ -276,13 +293,28 @@ def success_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
              "interval: Wilson's 95 %):", "",
              "| group | cells | episodes | successful | successful per seed | rate | 95 % interval |",
              "|" + "---|" * 7]
-    for group, counts in groups.items():
-        k, n = sum(c[1] for c in counts), sum(c[2] for c in counts)
-        low, high = wilson_interval(k, n)
-        label = ", ".join(label for _, label in group)
-        lines.append(f"| {label} | {len(counts)} | {n:,} | {k:,} | {', '.join(f'{s}: {c}' for s, c, _ in counts)} | "
-                     f"{_number(k / n if n else float('nan'))} | {_number(low)}-{_number(high)} |")
-    return lines
+    return lines + _pooled_success_rows(groups)
+
+
+def final_success_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
+    """Markdown lines: per group, the successful episodes of its finished cells in the last `final_fraction`
+    of their env steps (`episode_successes`), pooled over seeds, with Wilson's 95 % interval: what a rule
+    "the final successes' interval lies above the untrained policy's rate" reads.  [] before a finished cell
+    with a known success rate."""
+    fraction = float(study.report.get("final_fraction", 0.1))
+    groups: dict[tuple, list[tuple[int, int, int]]] = {}  # group -> [(seed, successes, episodes)]
+    for cell in seed_major(grid(study), study.seeds):
+        cell_dir = workdir / "cells" / cell.name
+        if cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps)):
+            groups.setdefault(cell.group, []).append((cell.seed, *episode_successes(read_records(cell_dir),
+                                                                                    fraction)))
+    if not any(n for counts in groups.values() for _, _, n in counts):
+        return []
+    lines = [f"Successful episodes in the last {fraction:.0%} of env steps, per group, pooled over its finished "
+             "cells (interval: Wilson's 95 %):", "",
+             "| group | finished cells | episodes | successful | successful per seed | rate | 95 % interval |",
+             "|" + "---|" * 7]
+    return lines + _pooled_success_rows(groups)
 
 
 @dataclasses.dataclass
@@ -492,7 +524,8 @@ def write_report(study: Study, workdir: pathlib.Path, out: pathlib.Path | None =
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Per cell (finished and running; the group rows above count finished cells only; time in updates "
               "excludes start-up and compilation):", ""] + per_cell
-    for table in (success_count_table(study, workdir), success_speed_table(study, workdir)):
+    for table in (success_count_table(study, workdir), final_success_count_table(study, workdir),
+                  success_speed_table(study, workdir)):
         if table:
             lines += [""] + table
     outcomes = step_outcome_table(study, workdir)
