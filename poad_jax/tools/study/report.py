@@ -273,7 +273,7 @@ def _pooled_success_rows(groups: dict[tuple, list[tuple[int, int, int]]]) -> lis
         low, high = wilson_interval(k, n)
         label = ", ".join(label for _, label in group)
         lines.append(f"| {label} | {len(counts)} | {n:,} | {k:,} | {', '.join(f'{s}: {c}' for s, c, _ in counts)} | "
-                     f"{_number(k / n if n else float('nan'))} | {_number(low)}-{_number(high)} |")
+                     f"{_number(k / n) if n else '-'} | {f'{_number(low)}-{_number(high)}' if n else '-'} |")
     return lines
 
 
