@@ -559,8 +559,9 @@ def test_the_report_pools_successful_episodes_per_group_from_the_per_update_rate
     low, high = report.wilson_interval(6, 18)
     assert rows["POAD"][1:] == ["2", "18", "6", "0: 6, 1: 0", f"{6 / 18:.3f}", f"{low:.3f}-{high:.3f}"]
     assert rows["NTPO"][1:5] == ["1", "8", "0", "0: 0"] and rows["NTPO"][5] == "0.000"
-    assert report._pooled_success_rows({(("variant", "TWOSOME"),): [(0, 0, 0)]}) == [
-        "| TWOSOME | 1 | 0 | 0 | 0: 0 | - | - |"]  # a cell that has ended no episode yet
+    assert report._pooled_success_table("t", "cells", {(("variant", "TWOSOME"),): [(0, 0, 0)],
+                                                     (("variant", "POAD"),): [(0, 1, 2)]})[-2] == (
+        "| TWOSOME | 1 | 0 | 0 | 0: 0 | - | - |")  # a cell that has ended no episode yet
     # the last 10 % of 64 env steps is update 4 alone; the running NTPO cell is left out
     assert report.episode_successes(records([3, 0, 5, 4], [1, 0, 2, 3]), fraction=0.1) == (3, 4)
     assert report.episode_successes(records([3, 0, 5, 4], [1, 0, 2, 3]), fraction=0.5) == (5, 9)

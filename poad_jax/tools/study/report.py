@@ -265,9 +265,14 @@ def episode_successes(records: list[dict[str, Any]], fraction: float | None = No
     return sum(won for _, _, won in updates), sum(ended for _, ended, _ in updates)
 
 
-def _pooled_success_rows(groups: dict[tuple, list[tuple[int, int, int]]]) -> list[str]:
-    """One table row per group from its cells' (seed, successes, episodes): the pooled k / n and Wilson's 95 %."""
-    lines = []
+def _pooled_success_table(title: str, cells_column: str,
+                          groups: dict[tuple, list[tuple[int, int, int]]]) -> list[str]:
+    """A titled table, one row per group from its cells' (seed, successes, episodes): the pooled k / n and
+    Wilson's 95 %; [] when no cell has counted an episode."""
+    if not any(n for counts in groups.values() for _, _, n in counts):
+        return []
+    lines = [title, "", f"| group | {cells_column} | episodes | successful | successful per seed | rate | "
+             "95 % interval |", "|" + "---|" * 7]
     for group, counts in groups.items():
         k, n = sum(c[1] for c in counts), sum(c[2] for c in counts)
         low, high = wilson_interval(k, n)
@@ -287,13 +292,8 @@ def success_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
         records = read_records(workdir / "cells" / cell.name)
         if records:
             groups.setdefault(cell.group, []).append((cell.seed, *episode_successes(records)))
-    if not any(n for counts in groups.values() for _, _, n in counts):
-        return []
-    lines = ["Successful episodes per group, pooled over its cells so far (finished and running; "
-             "interval: Wilson's 95 %):", "",
-             "| group | cells | episodes | successful | successful per seed | rate | 95 % interval |",
-             "|" + "---|" * 7]
-    return lines + _pooled_success_rows(groups)
+    return _pooled_success_table("Successful episodes per group, pooled over its cells so far (finished and "
+                                 "running; interval: Wilson's 95 %):", "cells", groups)
 
 
 def final_success_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
@@ -308,13 +308,8 @@ def final_success_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
         if cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps)):
             groups.setdefault(cell.group, []).append((cell.seed, *episode_successes(read_records(cell_dir),
                                                                                     fraction)))
-    if not any(n for counts in groups.values() for _, _, n in counts):
-        return []
-    lines = [f"Successful episodes in the last {fraction:.0%} of env steps, per group, pooled over its finished "
-             "cells (interval: Wilson's 95 %):", "",
-             "| group | finished cells | episodes | successful | successful per seed | rate | 95 % interval |",
-             "|" + "---|" * 7]
-    return lines + _pooled_success_rows(groups)
+    return _pooled_success_table(f"Successful episodes in the last {fraction:.0%} of env steps, per group, pooled "
+                                 "over its finished cells (interval: Wilson's 95 %):", "finished cells", groups)
 
 
 @dataclasses.dataclass
