@@ -28,6 +28,12 @@ the report's table "Successful episodes in the last 25% of env steps"
 (`python -m poad_jax.study --study=studies/virtualhome_preset_8steps.py
 --report`) gives the pooled count and its Wilson interval, group by group.
 
+Found 2026-11-27, after every seed-0 cell had run: at 4 x 8 steps TWOSOME's
+preset (4 minibatches of 8 rows, 8 loss chunks) normalises each one-row chunk
+on its own, which makes every advantage 0 (`ppo.advantage_normalization="adrl"`;
+the trainer now warns): the TWOSOME cells here have no policy gradient and say
+nothing about the preset (docs/results.md, "Study A, step 1").
+
     python -m poad_jax.study --study=studies/virtualhome_preset_8steps.py
 """
 

@@ -27,6 +27,11 @@ rung and the one before it then run seeds 1 and 2.
 The report's table "Successful episodes in the last 25% of env steps" gives
 each rung's count and interval (added 2026-11-27, before any rung ran).
 
+Found 2026-11-27, after rungs 2-6 had run on seed 0: TWOSOME's rung 2 keeps the
+preset's 8 loss chunks, one row each at 4 x 8 steps, which zeroes every
+advantage (see virtualhome_preset_8steps.py); its rung 3 is the first with a
+policy gradient.
+
     python -m poad_jax.study --study=studies/virtualhome_preset_ladder.py
 """
 

@@ -133,3 +133,40 @@ def test_discounted_return_is_the_sum_of_discounted_rewards_per_episode():
     del old["finished_discounted"]  # a checkpoint from before the metric: unknown, left out of the means
     restored.load_state_dict(old)
     assert np.isnan(episode_summary(restored, 0)["discounted_return"])
+
+
+@pytest.mark.parametrize("rollout_length, rows_per_chunk", [(8, 1), (16, 2), (32, 4)])
+def test_twosome_preset_warns_exactly_when_its_chunk_normalisation_zeroes_every_advantage(rollout_length,
+                                                                                         rows_per_chunk):
+    """TWOSOME's preset normalises each of a minibatch's 8 loss chunks on its own: at 4 threads x
+    `rollout_length` steps and 4 minibatches a chunk holds `rows_per_chunk` rows.  The learner's
+    normalisation equals NumPy's per-chunk (A - mean) / (std(ddof=1) + eps); one row per chunk makes
+    every advantage 0, and `config_warnings` warns then and only then (study A's 4 x 8 cells)."""
+    import jax.numpy as jnp
+
+    from poad_jax.agent import learner
+
+    config = config_lib.load_config_file(f"{REPO / 'configs' / 'virtualhome_paper.py'}:twosome")
+    config.rollout_length = rollout_length
+    config_lib.validate(config)
+    warnings = config_lib.config_warnings(config)
+    assert len(warnings) == (rows_per_chunk == 1)
+    rows = config.num_threads * rollout_length // config.ppo.num_minibatches
+    assert rows // config.ppo.loss_chunks == rows_per_chunk
+    advantages = np.random.default_rng(rollout_length).normal(size=(rows, 1)).astype(np.float32)
+    mask = np.ones((rows, 1), bool)
+    ours = np.asarray(learner.normalized_advantages(jnp.asarray(advantages), jnp.asarray(mask), False,
+                                                    config_lib.learner_config(config)))
+    chunks = advantages.reshape(config.ppo.loss_chunks, rows_per_chunk)
+    if rows_per_chunk == 1:
+        assert np.all(ours == 0) and "1 row per chunk" in warnings[0]
+    else:
+        centred = chunks - chunks.mean(axis=1, keepdims=True)
+        reference = centred / (chunks.std(axis=1, ddof=1, keepdims=True) + 1e-8)
+        np.testing.assert_allclose(ours.reshape(chunks.shape), reference, rtol=1e-5, atol=1e-6)
+        assert np.all(np.abs(ours) > 0)
+    config.ppo.advantage_normalization = "valid"  # one statistic over the minibatch: never zeroed
+    assert config_lib.config_warnings(config) == []
+    poad = config_lib.load_config_file(f"{REPO / 'configs' / 'virtualhome_paper.py'}:poad")
+    poad.rollout_length = rollout_length  # token level: the non-zero advantages of the whole minibatch
+    assert config_lib.config_warnings(poad) == []

@@ -263,3 +263,23 @@ def test_virtualhome_runs_on_a_tokenizer_whose_actions_prefix_each_other(tmp_pat
     config.tensorboard = config.plot = False
     record = train.run(config, tmp_path / "run", show_progress=False).records[-1]
     assert record["env_steps"] == 8 and np.isfinite(record["policy_loss"])
+
+
+def test_twosome_with_one_row_per_loss_chunk_warns_and_gets_no_policy_gradient(tmp_path, capsys):
+    """The authors' per-chunk advantage normalisation with one row per chunk zeroes TWOSOME's
+    advantages: the trainer warns, and with no entropy bonus the actor's gradient is exactly 0; two
+    rows per chunk: no warning, and the actor moves."""
+    norms = {}
+    for rows_per_chunk in (1, 2):
+        config = short_toy_config(2)
+        config.method = "twosome"
+        config.ppo.advantage_normalization = "adrl"
+        config.ppo.ent_coef = 0.0
+        rows = config.num_threads * config.rollout_length // config.ppo.num_minibatches
+        config.ppo.loss_chunks = rows // rows_per_chunk
+        capsys.readouterr()
+        result = train.run(config, tmp_path / str(rows_per_chunk), show_progress=False)
+        warned = "every TWOSOME advantage will be 0" in capsys.readouterr().err
+        assert warned == (rows_per_chunk == 1)
+        norms[rows_per_chunk] = [record["actor_grad_norm"] for record in result.records]
+    assert all(norm == 0 for norm in norms[1]) and all(norm > 0 for norm in norms[2]), norms

@@ -51,7 +51,7 @@ from poad_jax.run import metrics as run_logging
 from poad_jax.run import rundir
 from poad_jax.run.action_log import ActionLog
 from poad_jax.run.build import Built, Placement, build, placement_of
-from poad_jax.run.config import TrainError, one_line, validate
+from poad_jax.run.config import TrainError, config_warnings, one_line, validate
 from poad_jax.run.progress import NoProgress, RunProgress
 from poad_jax.run.resume import checkpoint_meta, restore, run_stats
 from poad_jax.sampling import Sampler
@@ -85,6 +85,9 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     changes = rundir.prepare_workdir(workdir, config)
     if chosen and show_progress and placement.primary:
         print(chosen, flush=True)
+    if placement.primary:
+        for warning in config_warnings(config):  # valid settings that make the run learn nothing
+            print(warning, file=sys.stderr, flush=True)
     if show_progress and placement.primary:  # a real model's first load converts its GGUF: seconds to a minute
         print(f"loading model {config.model}", flush=True)
     built = build(config, placement)

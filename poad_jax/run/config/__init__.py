@@ -10,7 +10,8 @@
 - `checks`: `validate(config)`, the one validation: each declared field's
   check (`CHECKS`), then the checks between fields.  A bad value raises
   `ConfigError` with one line naming the field; the trainer prints it and
-  exits with status 2.
+  exits with status 2.  `config_warnings(config)`: valid settings that make
+  a run learn nothing, one line each (the trainer prints them).
 - `fields`: `field_parent` / `field_value`, the one walker of dotted names
   ("ppo.actor_lr"), with the closest name when one is unknown; `completed`,
   the one filling of a stored config's missing fields with their defaults.
@@ -30,7 +31,7 @@ Adding a setting is one field in `settings.py` (docs/architecture.md,
 Importing this package imports no JAX (the config files import it).
 """
 
-from poad_jax.run.config.checks import CHECKS, check_field, sampler_logprobs_refusal, validate
+from poad_jax.run.config.checks import CHECKS, check_field, config_warnings, sampler_logprobs_refusal, validate
 from poad_jax.run.config.convert import learner_config, rollout_config, sampling_config
 from poad_jax.run.config.declare import Check, OneOf, above, at_least, setting, section, within
 from poad_jax.run.config.errors import ConfigError, TrainError, one_line
@@ -43,7 +44,8 @@ from poad_jax.run.config.settings import DTYPES, MATMUL_DTYPE_CHOICES, MATMUL_DT
 __all__ = [
     "CHECKS", "Check", "ConfigError", "DTYPES", "MATMUL_DTYPES", "MATMUL_DTYPE_CHOICES", "OneOf",
     "RESUMABLE_FIELDS", "SAME_NUMBERS", "UnknownFieldError", "above", "at_least", "check_field", "completed",
-    "default_config", "field_parent", "field_value", "learner_config", "load_config_file", "resumable_kind",
-    "rollout_config", "sampler_logprobs_refusal", "sampling_config", "section", "set_authors_semantics",
-    "set_method_preset", "setting", "split_config_argument", "TrainError", "one_line", "validate", "within",
+    "config_warnings", "default_config", "field_parent", "field_value", "learner_config", "load_config_file",
+    "resumable_kind", "rollout_config", "sampler_logprobs_refusal", "sampling_config", "section",
+    "set_authors_semantics", "set_method_preset", "setting", "split_config_argument", "TrainError", "one_line",
+    "validate", "within",
 ]

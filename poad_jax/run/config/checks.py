@@ -156,6 +156,30 @@ def _check_processes(config: ml_collections.ConfigDict) -> None:
                           f"({block.num_processes}): each process steps an equal share of the rollout threads")
 
 
+def config_warnings(config: ml_collections.ConfigDict) -> list[str]:
+    """Settings that are valid but make the run learn nothing, one line each (the trainer prints them).
+
+    TWOSOME with `ppo.advantage_normalization='adrl'` normalises the advantages within
+    each of a minibatch's `ppo.loss_chunks` row chunks: with k = rows / (num_minibatches x
+    loss_chunks) rows per chunk, A_i <- (A_i - mean_chunk) / (std_chunk + eps), and k = 1
+    gives A_i - mean_chunk = 0 for every row: the policy loss and its gradient are exactly 0
+    (the authors' torch.std of one element would give NaN).  The authors' VirtualHome
+    preset has k = 4 at 4 threads x 32 steps; `rollout_length=8` makes it 1.
+    """
+    warnings = []
+    rows_per_chunk = (config.num_threads * config.rollout_length // config.ppo.num_minibatches
+                      // max(int(config.ppo.loss_chunks), 1))
+    if config.method == "twosome" and config.ppo.advantage_normalization == "adrl" and rows_per_chunk < 2:
+        warnings.append(
+            f"warning: every TWOSOME advantage will be 0 and the policy will not learn: "
+            f"ppo.advantage_normalization='adrl' normalises each loss chunk's advantages on their own, and "
+            f"num_threads x rollout_length / (ppo.num_minibatches x ppo.loss_chunks) = "
+            f"{config.num_threads} x {config.rollout_length} / ({config.ppo.num_minibatches} x "
+            f"{config.ppo.loss_chunks}) leaves {rows_per_chunk} row per chunk; use fewer ppo.loss_chunks, "
+            f"more rows per update, or ppo.advantage_normalization='valid'")
+    return warnings
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """The one validation of a training config: every declared field's check (`CHECKS`), then the
     checks between fields.  Raises ConfigError with one line naming the field."""
