@@ -612,6 +612,28 @@ def test_the_dynamics_table_reads_kl_entropy_skips_and_time_per_update(tmp_path)
     assert report.training_dynamics([{k: v for k, v in r.items() if k != "approx_kl"} for r in records]) is None
 
 
+def test_the_dynamics_table_names_cells_whose_policy_loss_is_zero_in_every_update(tmp_path):
+    """A cell with advantages whose policy loss is exactly 0 (-0.0 included) in every update had no policy
+    gradient: the report names it under the dynamics table; one non-zero update, no logged policy loss, or
+    advantages that are all 0 (no reward yet: nothing to normalise away) clear it."""
+    study = spec.load_study(write_study(tmp_path, updates=4, seeds=(0,)))
+    workdir = tmp_path / "runs"
+    base = [{"update": u + 1, "env_steps": 16 * (u + 1), "episodes": u, "episode_return": 0.0,
+             "approx_kl": 1e-4, "entropy": 2.0, "advantage_mean": 0.01 * (u - 1)} for u in range(4)]
+    zero = [{**r, "policy_loss": [0.0, -0.0][r["update"] % 2]} for r in base]
+    moved = [{**r, "policy_loss": 0.0 if r["update"] < 4 else -1e-9} for r in base]
+    unrewarded = [{**r, "advantage_mean": 0.0} for r in zero]
+    _fake_cell(workdir, "POAD__seed=0", zero, "done")
+    _fake_cell(workdir, "NTPO__seed=0", moved, "done")
+    assert report.training_dynamics(zero).no_policy_gradient
+    assert not report.training_dynamics(moved).no_policy_gradient
+    assert not report.training_dynamics(base).no_policy_gradient
+    assert not report.training_dynamics(unrewarded).no_policy_gradient
+    report.write_report(study, workdir)
+    flagged = [line for line in (workdir / "report.md").read_text().splitlines() if "No policy gradient" in line]
+    assert len(flagged) == 1 and "POAD__seed=0" in flagged[0] and "NTPO__seed=0" not in flagged[0]
+
+
 
 def test_a_reference_option_sets_published_numbers_beside_the_groups_and_bad_ones_fail_at_load(tmp_path):
     """Report option `reference` (e.g. the paper's Appendix H): a column of the group table (a range, a

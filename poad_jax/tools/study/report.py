@@ -323,6 +323,7 @@ class Dynamics:
     skipped: int  # minibatch steps the KL threshold skipped
     steps: int  # minibatch steps in all (skipped ones included)
     median_seconds: float  # per update, sampling + env + behaviour + learner
+    no_policy_gradient: bool = False  # advantages, yet the policy loss exactly 0 in every update
 
 
 def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
@@ -330,7 +331,9 @@ def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
     t_u = sum_phase seconds_phase,u; entropy at updates 1, ceil(U / 2), U; skipped = sum_u
     skipped_minibatches_u and, with f_u = skipped_u their fraction, steps = sum_u skipped_minibatches_u / f_u
     over the updates with f_u > 0, else their count / f taken from any update's epochs x minibatches (None
-    when the records carry no approx_kl)."""
+    when the records carry no approx_kl).  no_policy_gradient: policy_loss_u == 0 exactly for every u
+    that logged it although advantage_mean_u != 0 for some u (the advantages were normalised away; a run
+    with no reward yet, whose advantages are all 0, is not flagged)."""
     kept = [r for r in records if r.get("approx_kl") is not None and not math.isnan(float(r["approx_kl"]))]
     if not kept:
         return None
@@ -343,33 +346,44 @@ def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
     fractions = [float(r.get("skipped") or 0.0) for r in kept]
     per_update = {round(k / f) for k, f in zip(skipped, fractions) if k > 0 and f > 0}
     steps = per_update.pop() * len(kept) if len(per_update) == 1 else 0
+    policy_losses = [float(r["policy_loss"]) for r in kept if r.get("policy_loss") is not None]
+    advantages = any(float(r.get("advantage_mean") or 0.0) != 0.0 for r in kept)
     return Dynamics(updates=len(kept), median_kl=float(np.median(kl)), max_kl=float(kl.max()),
                     entropy=(entropy[0], entropy[(len(kept) - 1) // 2], entropy[-1]),
                     explained_variance=(float(np.median(variance)), float(variance.min())) if len(variance)
                     else (float("nan"), float("nan")), skipped=int(sum(skipped)),
-                    steps=steps, median_seconds=float(np.median(seconds)))
+                    steps=steps, median_seconds=float(np.median(seconds)),
+                    no_policy_gradient=advantages and bool(policy_losses)
+                    and all(loss == 0.0 for loss in policy_losses))
 
 
 def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
     """Markdown lines, one row per cell with PPO diagnostics: median (max) per-update approx KL, the
     entropy's path, the critic's median (min) explained variance, minibatch steps skipped by the KL
-    threshold, median time per update; [] without any."""
+    threshold, median time per update; then a warning naming the cells whose policy loss was exactly 0
+    in every update although they had advantages (`Dynamics.no_policy_gradient`); [] without any row."""
     lines = ["Training dynamics per cell (approx KL and entropy as the learner logs them: per token for "
              "token-level methods, per action for TWOSOME):", "",
              "| cell | updates | median (max) approx KL | entropy: first -> half-way -> last update | "
              "critic's explained variance: median (min) | minibatch steps skipped | median time per update |",
              "|" + "---|" * 7]
-    rows = 0
+    rows, flat = 0, []
     for cell in seed_major(grid(study), study.seeds):
         row = training_dynamics(read_records(workdir / "cells" / cell.name))
         if row is None:
             continue
         rows += 1
+        flat += [cell.name] if row.no_policy_gradient else []
         skipped = f"{row.skipped} of {row.steps}" if row.steps else str(row.skipped)
         lines.append(f"| {cell.name} | {row.updates} | {row.median_kl:.2g} ({row.max_kl:.2g}) | "
                      + " -> ".join(f"{e:.2f}" for e in row.entropy)
                      + f" | {_number(row.explained_variance[0])} ({_number(row.explained_variance[1])})"
                      + f" | {skipped} | {format_seconds(row.median_seconds)} |")
+    if flat:
+        lines += ["", f"**No policy gradient** in {', '.join(flat)}: the policy loss is exactly 0 in every update "
+                  "although the advantages were not (normalised away, e.g. one row per loss chunk; "
+                  "docs/adrl_parity.md), so the actor moved by its entropy bonus alone and these cells say "
+                  "nothing about their method."]
     return lines if rows else []
 
 
