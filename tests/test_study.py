@@ -985,3 +985,17 @@ def test_study_c_on_a_cpu_reuses_study_bs_published_cells_for_its_first_three_se
                                                                "TWOSOME-entropy-0.001") for s in (0, 1, 2)]
                                     + published)
     assert len(trained) == 9 - len(published) and all(name.startswith("NTPO") or name[-1] in "34" for name in trained)
+
+
+def test_the_runner_names_cells_whose_settings_zero_every_advantage():
+    """Study A's TWOSOME cells at 4 x 8 steps (one row per loss chunk) are named before they run; its
+    POAD cells, and step 3's TWOSOME cells with two loss chunks, are not."""
+    step1 = spec.load_study(REPO / "studies" / "virtualhome_preset_8steps.py")
+    cells = spec.grid(step1)
+    lines = scheduler.cell_warnings(step1, cells, {c.name: spec.cell_config(step1, c) for c in cells})
+    assert [line.split(": ")[0] for line in lines] == [
+        f"[virtualhome_preset_8steps] cell TWOSOME__seed={seed}" for seed in step1.seeds]
+    assert all("every TWOSOME advantage will be 0" in line for line in lines)
+    step3 = spec.load_study(REPO / "studies" / "virtualhome_preset_step3.py")
+    cells = spec.grid(step3)
+    assert scheduler.cell_warnings(step3, cells, {c.name: spec.cell_config(step3, c) for c in cells}) == []

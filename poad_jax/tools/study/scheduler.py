@@ -275,6 +275,8 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
         to_run = [cell for cell in cells if cell.seed in seeds]
     workdir = workdir.absolute()  # the cells' --workdir, whatever directory they run in
     check_workdir(study, workdir, cells)
+    for line in cell_warnings(study, to_run, configs):
+        log(line)
     with study_lock_dir(workdir):
         prepare_workdir(study, workdir, cells)
         started = time.time()
@@ -288,6 +290,13 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
             return _run_cells(study, workdir, to_run, configs, workers, reuse, log, launched, heartbeat)
         finally:
             update_session(workdir, session, started, len(launched), ended=True)
+
+
+def cell_warnings(study: Study, cells: list[Cell], configs: dict[str, ml_collections.ConfigDict]) -> list[str]:
+    """One line per cell and `config_lib.config_warnings` line: valid settings that make a cell learn
+    nothing, said before hours go into it (each cell's train.log says it again)."""
+    return [f"[{study.name}] cell {cell.name}: {warning}"
+            for cell in cells for warning in config_lib.config_warnings(configs[cell.name])]
 
 
 def chosen_seeds(study: Study, seeds: tuple[int, ...]) -> tuple[int, ...]:
