@@ -150,7 +150,8 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
     placement, method, rconfig, seeds = built.placement, built.method, built.rollout, built.seeds
     if show_progress:
         describe_placement(config, placement)
-    update_fn, update_compiles, state = placement.learner(built.graph, method, built.learner, built.params, seeds.learner)
+    update_fn, update_compiles, state = placement.learner(built.graph, method, built.learner, built.params,
+                                                          seeds.learner)
     sampler = placement.sampler(built.graph, built.frozen, built.params, rconfig.prompt_buckets)
     collector = RolloutCollector(envs, built.tokenizer, sampler, method, rconfig, seed=seeds.numpy)
     warning = vocabulary_warning(built.tokenizer, collector.observations)
