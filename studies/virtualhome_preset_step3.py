@@ -33,6 +33,9 @@ If neither new TWOSOME cell passes on seed 0, their seeds 1-2 are cut (the
 budget rule of step 1).  The ladder's rungs are read on their three seeds:
 an effect that holds pools above 1.7 %.
 
+Added 2026-11-27, before any POAD cell of this file ran: POAD's rung 2 finished
+without passing (0 of 32 in the last quarter), so POAD's rungs 3 and 4 stand.
+
     python -m poad_jax.study --study=studies/virtualhome_preset_step3.py --seeds=0
     python -m poad_jax.study --study=studies/virtualhome_preset_step3.py --seeds=1,2
 """
