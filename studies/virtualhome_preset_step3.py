@@ -36,6 +36,9 @@ an effect that holds pools above 1.7 %.
 Added 2026-11-27, before any POAD cell of this file ran: POAD's rung 2 finished
 without passing (0 of 32 in the last quarter), so POAD's rungs 3 and 4 stand.
 
+Added 2026-11-27, after the seed-0 pass: TWOSOME "2 lr 1e-4 2 chunks" passes on seed 0 (139 of 139 in
+the last quarter; "1 preset 2 chunks" 0 of 32), so the seeds 1-2 of both new cells run.
+
     python -m poad_jax.study --study=studies/virtualhome_preset_step3.py --seeds=0
     python -m poad_jax.study --study=studies/virtualhome_preset_step3.py --seeds=1,2
 """
