@@ -39,6 +39,10 @@ without passing (0 of 32 in the last quarter), so POAD's rungs 3 and 4 stand.
 Added 2026-11-27, after the seed-0 pass: TWOSOME "2 lr 1e-4 2 chunks" passes on seed 0 (139 of 139 in
 the last quarter; "1 preset 2 chunks" 0 of 32), so the seeds 1-2 of both new cells run.
 
+Added 2026-11-28, before any seed-2 cell finished: seed 2 runs on a lent H200, its five cells at once
+(`scripts/gpu_paper_studies.sh`, as the ladder's seed 0 did); those cells are seed 2's of record.  The CPU
+pass of seed 2 that had started (TWOSOME 1) goes on as a cross-device replicate, reported beside, not pooled.
+
     python -m poad_jax.study --study=studies/virtualhome_preset_step3.py --seeds=0
     python -m poad_jax.study --study=studies/virtualhome_preset_step3.py --seeds=1,2
 """
