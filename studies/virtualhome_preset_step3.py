@@ -43,6 +43,12 @@ Added 2026-11-28, before any seed-2 cell finished: seed 2 runs on a lent H200, i
 (`scripts/gpu_paper_studies.sh`, as the ladder's seed 0 did); those cells are seed 2's of record.  The CPU
 pass of seed 2 that had started (TWOSOME 1) goes on as a cross-device replicate, reported beside, not pooled.
 
+Changed 2026-11-28, after seed 2's H200 cells finished (no cell learned; TWOSOME 1 won 2 episodes by chance):
+the CPU replicate stopped TWOSOME 1 at update 34 (at lr 1e-6 its policy hardly moves, so a replicate of it
+says little about rounding) and runs seed 2's TWOSOME 3 and POAD 4 instead, the two cells whose seed 2 the
+reading turns on (`docs/results/raw/cpu_2026-11-28_step3_seed2_replicate/pass_seed2_replicate.py`); still
+reported beside the record, not pooled.
+
     python -m poad_jax.study --study=studies/virtualhome_preset_step3.py --seeds=0
     python -m poad_jax.study --study=studies/virtualhome_preset_step3.py --seeds=1,2
 """
