@@ -11,7 +11,7 @@
 #
 # Runs: the sampler at batch 1, 16 and 64 (tokens/s, decode step time, read
 # bandwidth), with unstacked (default) and scanned layer weights, the PPO LoRA update at 16 and 64 rows of 256 tokens (MFU), and
-# the model and sampler tests on the GPU; sharded: the compiled update's
+# the model and sampler tests on the GPU (one pytest per file); sharded: the compiled update's
 # memory per device on every mesh the node's GPUs can form (7B and 34B shapes,
 # `bench memory_mesh`) and the mesh tests (tests/test_sharding.py, which run
 # on 8 emulated CPU devices in their own process, so any machine runs them).
