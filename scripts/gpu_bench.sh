@@ -49,7 +49,7 @@ run train_step_7b_rows16 $PY -m poad_jax.bench train_step --shape=llama-7b --sid
 run train_step_7b_rows64 $PY -m poad_jax.bench train_step --shape=llama-7b --sides=jax --dtype=bfloat16 \
   --rows=64 --threads=4 --rounds=1 --steps=3 --peak-tflops=${PEAK_TFLOPS:-989}
 # One pytest per file, so that a failure's message is printed when its file ends, not lost with the rest
-# when a device call's time runs out (2026-11-28: 46 of 69 tests in 140 s on an H200, one failure unseen).
+# when a device call's time runs out (2026-11-28: 45 of 69 tests in 140 s on an H200, one failure unseen).
 for file in models_llama sampling models_precision backups; do
   run tests_$file $PY -m pytest -q -p no:cacheprovider --tb=short tests/test_$file.py
 done
