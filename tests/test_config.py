@@ -80,16 +80,19 @@ def test_the_rollouts_group_size_follows_the_method_and_group_size(method, size,
     assert config_lib.rollout_config(config).group_size == expected
 
 
-def test_dataclasses_keep_no_competing_defaults():
-    """The settings have no defaults in the dataclasses (only the layout's bucket lists do);
-    the sampler's own defaults (it is also used outside training) equal the config's."""
-    assert all(f.default is dataclasses.MISSING for f in dataclasses.fields(LearnerConfig))
-    defaulted = {f.name for f in dataclasses.fields(RolloutConfig) if f.default is not dataclasses.MISSING}
-    assert defaulted == {"prompt_buckets", "action_buckets"}
-    assert not defaulted & set(leaves(config_lib.default_config()))
-    sampler_defaults = SamplingConfig()
-    for name, value in config_lib.default_config().sampling.items():
-        assert getattr(sampler_defaults, name) == value, name
+def test_the_library_runs_on_the_declarations_so_no_default_competes():
+    """The config's defaults are the library objects' own: the learner's, the sampler's and the
+    rollouts' classes are the declarations the config is made from, and one built with no arguments
+    but the derived fields equals the one the default config gives."""
+    config = config_lib.default_config()
+    learner = config_lib.learner_config(config)
+    assert learner == LearnerConfig(temperature=config.sampling.temperature, critic_kind=config.critic.kind)
+    assert config_lib.sampling_config(config) == SamplingConfig()
+    rollout = config_lib.rollout_config(config)
+    assert rollout == RolloutConfig(sampling=SamplingConfig(), pack_behaviour=False, group_size=0,
+                                    prompt_buckets=rollout.prompt_buckets)
+    for name, value in config.sampling.items():
+        assert getattr(SamplingConfig(), name) == value, name
 
 
 def test_defaults_are_the_papers_virtualhome_row():

@@ -38,50 +38,9 @@ import optax
 
 from poad_jax.core import gae, losses
 from poad_jax.agent.methods import Method
-from poad_jax.agent.modes import (AdvantageNormalization, BehaviourCorrection, CriticKind, EntropyScope, KlSkip,
-                                   LambdaScope)
+from poad_jax.agent.learner_config import LearnerConfig
 from poad_jax.core.policy import FrozenBase, PolicyGraph, head_values
 from poad_jax.core.token_batch import CorrectedTokenBatch, TokenBatch
-
-
-@dataclasses.dataclass(frozen=True)
-class LearnerConfig:
-    """PPO hyper-parameters.
-
-    No defaults here: `poad_jax.run.config.learner_config(config)` builds this
-    from the training config (`ppo.<name>`, plus `sampling.temperature` and
-    `critic.kind`).  Each field is declared once, with its default (the
-    paper's: docs/adrl_parity.md), meaning and check, in
-    `poad_jax/run/config/settings.py` (`PPO`), where `validate` checks it.
-    """
-
-    gamma: float
-    lam: float
-    clip_eps: float
-    value_clip_eps: float
-    vf_coef: float
-    ent_coef: float
-    max_grad_norm: float
-    target_kl: float
-    epochs: int
-    num_minibatches: int
-    accumulation_steps: int
-    actor_lr: float
-    critic_lr: float
-    adam_eps: float
-    temperature: float
-    normalize_advantages: bool
-    critic_kind: CriticKind  # "head" (frozen-base features) or "lora"
-    # The authors' semantics where they differ from ours (docs/adrl_parity.md):
-    kl_skip: KlSkip  # "update" (a KL skip keeps actor and critic) | "actor" (the critic steps anyway)
-    advantage_normalization: AdvantageNormalization  # "valid" | "adrl"
-    loss_chunks: int  # policy loss, entropy and KL: the mean of this many row chunks' token means
-    # Issue 40's options (run/config/settings.py says what each means):
-    lambda_scope: LambdaScope  # "token" (lam at every token) | "action" (lam at an action's last token, 1 inside)
-    entropy_scope: EntropyScope  # "policy" (the log-probs' distribution) | "offered" (the offered continuations)
-    behaviour_correction: BehaviourCorrection  # "none" | "importance" (weights min(clip, pi_old / mu))
-    importance_weight_clip: float
-    ref_kl_coef: float  # group-relative methods: the KL penalty to the frozen base model (0: off)
 
 
 def check_batch_rows(num_rows: int, config: LearnerConfig, row_groups: int = 1) -> None:

@@ -30,52 +30,15 @@ import numpy as np
 
 from envs_py import EnvError, Observation, VectorEnv, observation_digest
 from poad_jax.agent.methods import Method
-from poad_jax.core.layout import ACTION_BUCKETS, PROMPT_BUCKETS
 from poad_jax.core.policy import FrozenBase, PolicyGraph, merge_model
 from poad_jax.agent.episodes import EpisodeStats
-from poad_jax.sampling import Sampler, SamplingConfig
+from poad_jax.agent.rollout_config import RolloutConfig
+from poad_jax.sampling import Sampler
 
 
 class FreeFormActionsError(ValueError):
     """TWOSOME met an environment that offers no actions to choose from (free-form text, e.g.
     DataSciCoding's programs): a user's choice of method, reported in one line."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RolloutConfig:
-    """How rollouts are collected and packed.
-
-    The fields without a default are settings: `poad_jax.run.config.rollout_config(config, eos_ids)`
-    builds this from the training config (the top-level field of each name;
-    `sampling` from `config.sampling`, `prompt_buckets` from
-    `config.prompt_bucket_step`).  Each setting is declared once, with its
-    default, meaning and check, in `poad_jax/run/config/settings.py` (`Run`),
-    and checked there once (a mode string's values are its `Literal` type).
-    Their own defaults are the layout's lists (`poad_jax.core.layout`).
-    """
-
-    num_threads: int
-    rollout_length: int
-    prompt_format: str  # "chat" (tokenizer chat template) or "raw"
-    system_prompt: str
-    max_prompt_tokens: int
-    restricted_sampling: str  # "trie" or "action_scores"
-    twosome_normalization: str  # "token" or "word"
-    discounted_return_gamma: float  # the `discounted_return` metric's discount per env step
-    sampling: SamplingConfig
-    # "sampler": `pack_batch` also packs the records' `sampler_logprobs`, which the behaviour
-    # pass then takes as PPO's old log-probs instead of recomputing them ("recompute").
-    behaviour_logprobs: str
-    # > 0: trie sampling draws at this temperature (exploration) instead of `sampling.temperature`.
-    trie_explore_temperature: float
-    # `pack_batch` packs each action token's log-prob under the distribution it was drawn from
-    # (`StepRecord.behaviour_logprobs`) for the learner's importance correction.
-    pack_behaviour: bool
-    # > 0 (grpo, gigpo): episodic group rollouts, `collect_episodes`: every update starts a new episode
-    # in every thread, the threads of a group from one reset seed; 0: each thread's episode goes on.
-    group_size: int
-    prompt_buckets: tuple[int, ...] = PROMPT_BUCKETS
-    action_buckets: tuple[int, ...] = ACTION_BUCKETS
 
 
 @dataclasses.dataclass
@@ -239,9 +202,9 @@ class RolloutCollector:
                     record.behaviour_logprobs = prefix_token_logprobs(cands, probs / probs.sum(), choice)
                 records.append(record)
             return records
-        temperature = float(self.config.sampling.temperature)
+        temperature = self.config.sampling.temperature
         if self.config.trie_explore_temperature > 0 and temperature > 0:  # greedy evaluation stays greedy
-            temperature = float(self.config.trie_explore_temperature)
+            temperature = self.config.trie_explore_temperature
         generation = self.sampler.generate_constrained(prompts, candidates, rng, temperature=temperature)
         for prompt, cands, obs, index, logprobs in zip(prompts, candidates, observations, generation.action_index,
                                                        generation.logprobs):
@@ -391,7 +354,7 @@ def actions_cut_off(steps: list[list[StepRecord]], config: RolloutConfig) -> int
     """How many free-form actions of a rollout (`collect`'s records) ended at
     `sampling.max_new_tokens` without a stop token: DataSciCoding's programs
     cut off by the token limit.  An action chosen among candidates is never cut off."""
-    stop, limit = set(config.sampling.stop_token_ids), int(config.sampling.max_new_tokens)
+    stop, limit = set(config.sampling.stop_token_ids), config.sampling.max_new_tokens
     return sum(1 for records in steps for record in records
                if record.candidates is None and len(record.action_tokens) >= limit
                and record.action_tokens[-1] not in stop)

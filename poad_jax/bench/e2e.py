@@ -185,13 +185,18 @@ def roofline(records: list[dict], matmul_gflops: float) -> dict | None:
 
 def prepare_config(config, updates: int, share_prompt: bool) -> int:
     """Sets `config` up for a short timed run of `updates` updates (checkpoints, TensorBoard and
-    plots off; enough env steps); returns the env steps per update."""
-    steps_per_update = int(config.num_threads) * int(config.rollout_length)
-    config.total_env_steps = max(int(config.total_env_steps), updates * steps_per_update)
+    plots off; enough env steps); returns the env steps per update.  ConfigError (one line) for a
+    config the trainer would refuse (its settings are read typed, `run.config.typed`)."""
+    from poad_jax.run import config as config_lib
+
+    config_lib.validate(config)
+    run = config_lib.typed(config)
+    steps_per_update = run.rollout.num_threads * run.rollout.rollout_length
+    config.total_env_steps = max(run.total_env_steps, updates * steps_per_update)
     config.tensorboard = False
     config.plot = False
     config.checkpoint_every = 10**9
-    config.share_prompt = bool(config.share_prompt) and share_prompt
+    config.share_prompt = run.share_prompt and share_prompt
     return steps_per_update
 
 
@@ -225,16 +230,17 @@ def timed_training(config, workdir: str, updates: int, steps_per_update: int):
         return result, time.perf_counter() - start
 
 
-def print_table(config, records: list[dict], cold: dict, warm: dict | None, total_s: float) -> None:
-    """Prints the run's description, the seconds per 1k env steps by phase (cold, and warm when
-    there is more than one update) and the whole call's time, memory and compilations."""
+def print_table(run, records: list[dict], cold: dict, warm: dict | None, total_s: float) -> None:
+    """Prints the run's description (`run`: the config typed, `run.config.typed`), the seconds per 1k
+    env steps by phase (cold, and warm when there is more than one update) and the whole call's time,
+    memory and compilations."""
     peak = max(r["peak_rss_mb"] for r in records)
-    sharing = "" if config.method != "twosome" else (
-        ", prompt shared" if config.share_prompt else ", per-candidate prompts")
-    print(f"e2e: {config.name} ({config.env.name}), model {config.model}, method {config.method}{sharing}, "
-          f"matmuls {config.matmul_dtype}, "
-          f"{config.num_threads} threads x {config.rollout_length} steps per update, "
-          f"max_new_tokens {config.sampling.max_new_tokens}, {len(records)} updates, CPU")
+    sharing = "" if run.method != "twosome" else (
+        ", prompt shared" if run.share_prompt else ", per-candidate prompts")
+    print(f"e2e: {run.name} ({run.env.name}), model {run.model}, method {run.method}{sharing}, "
+          f"matmuls {run.matmul_dtype}, "
+          f"{run.rollout.num_threads} threads x {run.rollout.rollout_length} steps per update, "
+          f"max_new_tokens {run.sampling.max_new_tokens}, {len(records)} updates, CPU")
     header = f"{'':24s} {'s / 1k steps':>13s} " + " ".join(f"{name:>10s}" for name in (*PHASES, "other"))
     print(header)
     for label, summary in (("all updates (cold)", cold), ("updates 2+ (warm)", warm)):
@@ -269,17 +275,18 @@ def roofline_summary(roof: dict | None) -> dict | None:
         "by_phase": {phase: {k: float(f"{x:.4g}") for k, x in v.items()} for phase, v in roof["by_phase"].items()}}
 
 
-def run_summary(config, records: list[dict], cold: dict, warm: dict | None, roof: dict | None,
+def run_summary(run, records: list[dict], cold: dict, warm: dict | None, roof: dict | None,
                 steps_per_update: int) -> dict:
-    """The JSON line of a single run: the warm figures where there are any, else the cold ones."""
+    """The JSON line of a single run (`run`: the config typed): the warm figures where there are any,
+    else the cold ones."""
     headline = warm or cold
     return {
         "bench": "e2e",
-        "config": config.name,
-        "model": str(config.model),
-        "method": str(config.method),
-        "share_prompt": bool(config.share_prompt),
-        "matmul_dtype": str(config.matmul_dtype),
+        "config": run.name,
+        "model": run.model,
+        "method": run.method,
+        "share_prompt": run.share_prompt,
+        "matmul_dtype": run.matmul_dtype,
         "s_per_1k_env_steps": round(headline["s_per_1k_env_steps"], 2),
         "warm": warm is not None,
         "s_per_1k_by_phase": {k: round(v, 2) for k, v in headline["s_per_1k_by_phase"].items()},
@@ -297,6 +304,7 @@ def run_summary(config, records: list[dict], cold: dict, warm: dict | None, roof
 
 def run_one(values) -> int:
     """Times one configuration in this process; prints its table and JSON line; returns the exit status."""
+    from poad_jax.run import config as config_lib
     from poad_jax.run import hardware
     from poad_jax.run import train
 
@@ -305,13 +313,18 @@ def run_one(values) -> int:
     if updates < 1:
         print("error: --updates must be >= 1", file=sys.stderr)
         return 2
-    steps_per_update = prepare_config(config, updates, bool(values.share_prompt))
+    try:
+        steps_per_update = prepare_config(config, updates, bool(values.share_prompt))
+    except config_lib.ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     from poad_jax.bench._machine import matmul_gflops
 
     chosen = hardware.resolve_config(config)  # "auto": the dtype this machine's run will use
     if chosen:
         print(chosen, flush=True)
-    matmul_dtype = str(config.matmul_dtype)
+    run = config_lib.typed(config)  # as prepared and resolved: what the run trains with
+    matmul_dtype = run.matmul_dtype
     peak_before = matmul_gflops(matmul_dtype)  # the ceiling: the better of before and after the run
     try:
         result, total_s = timed_training(config, values.workdir, updates, steps_per_update)
@@ -325,11 +338,11 @@ def run_one(values) -> int:
     # The first record's wall time also holds model loading and setup before the first rollout.
     cold = summarise(records)
     warm = summarise(records[1:]) if len(records) > 1 else None
-    print_table(config, records, cold, warm, total_s)
+    print_table(run, records, cold, warm, total_s)
     roof = roofline(records[1:] if warm else records, max(peak_before, matmul_gflops(matmul_dtype)))
     if roof is not None:
         print_roofline(roof, matmul_dtype, warm is not None)
-    print(json.dumps(run_summary(config, records, cold, warm, roof, steps_per_update)))
+    print(json.dumps(run_summary(run, records, cold, warm, roof, steps_per_update)))
     return 0
 
 

@@ -88,6 +88,7 @@ def main(argv: list[str]) -> int:
     hardware.resolve_config(config)  # "auto": this machine's dtype, named in the summary line
     config.behaviour_logprobs = "recompute"  # the behaviour pass's own log-probs, set against the sampler's
     built = build_lib.build(config)
+    run = built.settings  # the config typed (`run.config.typed`), as resolved above
     if not built.method.scheme.token_level:
         print("error: logprob_gap needs a token-level method (poad or ntpo): TWOSOME decodes nothing",
               file=sys.stderr)
@@ -98,15 +99,15 @@ def main(argv: list[str]) -> int:
         params = dict(params, actor=jax.tree_util.tree_map_with_path(
             lambda path, x: (x + rng.normal(0, values.perturb_lora, x.shape).astype(x.dtype)
                              if "lora_b" in jax.tree_util.keystr(path) else x), params["actor"]))
-    envs = build_envs(config, int(config.num_threads), built.seeds.envs)
+    envs = build_envs(config, run.rollout.num_threads, built.seeds.envs)
     where = built.placement
     sampler = where.sampler(built.graph, built.frozen, params, built.rollout.prompt_buckets)
     # The sampler records the untruncated policy's log-probs, as it does where they become the old ones.
     rollout = dataclasses.replace(built.rollout, sampling=dataclasses.replace(built.rollout.sampling,
                                                                               logprobs_of="policy"))
     collector = RolloutCollector(envs, built.tokenizer, sampler, built.method, rollout, seed=built.seeds.numpy)
-    where.own_threads(collector, int(config.num_threads), int(config.seed))
-    rng = jax.random.key(int(config.seed))
+    where.own_threads(collector, run.rollout.num_threads, run.seed)
+    rng = jax.random.key(run.seed)
     all_gaps, start = [], time.perf_counter()
     try:
         for index in range(int(values.rollouts)):
@@ -127,14 +128,14 @@ def main(argv: list[str]) -> int:
     finally:
         envs.close()
     result = summary(np.concatenate(all_gaps))
-    dtype = str(config.matmul_dtype)
+    dtype = run.matmul_dtype
     verdict = "within" if result["max"] <= THRESHOLD else "ABOVE"
-    print(f"\n{config.method} {config.env.name}, {config.model}, matmul {dtype}, LoRA B "
+    print(f"\n{run.method} {run.env.name}, {run.model}, matmul {dtype}, LoRA B "
           f"{'perturbed at ' + str(values.perturb_lora) if values.perturb_lora > 0 else 'as initialised'}: "
           f"max |ratio - 1| {result['max']:.3g} ({verdict} the 1e-5 bound), mean {result['mean']:.3g}, "
           f"p99 {result['p99']:.3g}, {100 * result['above_1e-5']:.1f} % of {result['tokens']} tokens above 1e-5 "
           f"({time.perf_counter() - start:.0f} s)")
-    print(json.dumps({"bench": "logprob_gap", "method": str(config.method), "env": str(config.env.name),
-                      "model": str(config.model), "matmul_dtype": dtype, "perturb_lora": values.perturb_lora,
+    print(json.dumps({"bench": "logprob_gap", "method": run.method, "env": run.env.name,
+                      "model": run.model, "matmul_dtype": dtype, "perturb_lora": values.perturb_lora,
                       **result}))
     return 0

@@ -55,13 +55,35 @@ Here the arithmetic is float64 and the deviations are centred twice
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from typing import Literal, NamedTuple, Sequence
 
 import numpy as np
 
+from poad_jax.declare import above, at_least, hold_to_declarations, setting, within
+
 GroupNormalisation = Literal["mean_norm", "mean_std_norm"]
 NORMALISATIONS: tuple[str, ...] = ("mean_norm", "mean_std_norm")
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupConfig:
+    """GRPO's and GiGPO's settings (`config.group`), declared once beside the functions that read
+    them (`poad_jax.declare`; `run.config.typed(config).group`)."""
+
+    size: int = setting(0, "trajectories per episode group, started from one reset seed; 0: all num_threads",
+                        at_least(0, "0 puts all the update's threads in one group"))
+    mode: GroupNormalisation = setting(
+        "mean_std_norm", "mean_std_norm: (x - mean) / (std + epsilon) within a group; mean_norm: x - mean")
+    epsilon: float = setting(1e-6, "added to a group's std", above(0))
+    omega: float = setting(1.0, "gigpo: the weight of the step-level (anchor state) advantage", at_least(0))
+    similarity: float = setting(
+        1.0, "gigpo: observations whose difflib ratio reaches it share an anchor state; 1: identical text only",
+        within(0, 1, open_low=True))
+
+    def __post_init__(self):
+        hold_to_declarations(self)
 
 
 class GroupAdvantageError(ValueError):

@@ -99,27 +99,29 @@ def build_method(config: ml_collections.ConfigDict) -> Method:
     when the entropy (`ppo.entropy_scope="offered"`) or the optimised log-probs
     (`ppo.behaviour_correction="importance"`) are over them; with the entropy only, the
     log-probs stay the full vocabulary's (the paper code's optimisation)."""
-    gamma_w = float(config.gamma_w) if float(config.gamma_w) >= 0 else None
-    scored = config.restricted_sampling == "action_scores"
-    offered_entropy = config.ppo.entropy_scope == "offered"
-    corrected = config.ppo.behaviour_correction == "importance"
-    block = config.group
-    group = GroupRelative(str(config.method), config_lib.group_size(config), str(block.mode), float(block.epsilon),
-                          float(block.omega), float(block.similarity), float(config.ppo.gamma))
-    return make_method(str(config.method), float(config.ppo.gamma), gamma_w, share_prompt=bool(config.share_prompt),
+    run = config_lib.typed(config)
+    gamma_w = run.gamma_w if run.gamma_w >= 0 else None
+    scored = run.rollout.restricted_sampling == "action_scores"
+    offered_entropy = run.ppo.entropy_scope == "offered"
+    corrected = run.ppo.behaviour_correction == "importance"
+    block = run.group
+    group = GroupRelative(run.method, run.rollout.group_size, block.mode, block.epsilon, block.omega,
+                          block.similarity, run.ppo.gamma)
+    return make_method(run.method, run.ppo.gamma, gamma_w, share_prompt=run.share_prompt,
                        offered_continuations=scored and (offered_entropy or corrected),
                        vocabulary_logprobs=scored and offered_entropy and not corrected,
-                       group=group if config.method in GROUP_METHODS else None)
+                       group=group if run.method in GROUP_METHODS else None)
 
 
 def load_model(config: ml_collections.ConfigDict):
     """(model, tokenizer) for `config.model`, with the configured LoRA and dtypes."""
-    lora = LoraConfig(rank=int(config.lora.rank), alpha=float(config.lora.alpha), targets=tuple(config.lora.targets))
-    dtype = jax_dtype(str(config.dtype))
-    options = dict(matmul_dtype=matmul_dtype(str(config.matmul_dtype)), remat=str(config.remat))
-    if config.model == "tiny-random":
-        return tiny_random_model(seed=int(config.seed), lora=lora, dtype=dtype, **options)
-    if config.model not in EMBEDDED_MODELS and not pathlib.Path(str(config.model)).expanduser().exists():
+    run = config_lib.typed(config)
+    lora = LoraConfig(rank=run.lora.rank, alpha=run.lora.alpha, targets=run.lora.targets)
+    dtype = jax_dtype(run.dtype)
+    options = dict(matmul_dtype=matmul_dtype(run.matmul_dtype), remat=run.remat)
+    if run.model == "tiny-random":
+        return tiny_random_model(seed=run.seed, lora=lora, dtype=dtype, **options)
+    if run.model not in EMBEDDED_MODELS and not pathlib.Path(run.model).expanduser().exists():
         names = ", ".join([*EMBEDDED_MODELS, "tiny-random"])
         raise TrainError(f"no such model path or name: {config.model} (names: {names}; "
                          "or a Hugging Face directory or a .gguf file)")
@@ -133,9 +135,9 @@ def load_model(config: ml_collections.ConfigDict):
 
 def build_value_head(model, config: ml_collections.ConfigDict, seed: int) -> ValueHead:
     """The critic head `config.critic` describes."""
-    critic = config.critic
-    return ValueHead(model.config.hidden_size, tuple(critic.hidden_sizes), bias=bool(critic.bias),
-                     init=str(critic.init), rngs=nnx.Rngs(seed))
+    critic = config_lib.typed(config).critic
+    return ValueHead(model.config.hidden_size, critic.hidden_sizes, bias=critic.bias, init=critic.init,
+                     rngs=nnx.Rngs(seed))
 
 
 def fresh_critic_lora(model, key: jax.Array):
@@ -246,7 +248,7 @@ class Placement:
         on a mesh a packed group would span the devices that hold its rows)."""
         if not config.prefix_packing or not method.token_level or self.mesh is not None or self.count > 1:
             return None
-        micro_batches = int(config.ppo.num_minibatches) * int(config.ppo.accumulation_steps)
+        micro_batches = config.ppo.num_minibatches * config.ppo.accumulation_steps
         return prefix_plans(arrays, next_arrays, len(arrays["tokens"]) // micro_batches)
 
 
@@ -255,10 +257,11 @@ def placement_of(config: ml_collections.ConfigDict) -> Placement:
     (one line) if the devices do not fit it, or, over several processes, if the threads or the
     mesh do not split evenly between them.  Call after the processes have joined."""
     count, index = jax.process_count(), jax.process_index()
+    num_threads = config_lib.typed(config).rollout.num_threads
     try:
         mesh = parallel.mesh_from_config(config.mesh)
         if count > 1:
-            hosts.thread_share(int(config.num_threads), 0, count)
+            hosts.thread_share(num_threads, 0, count)
             hosts.check_mesh(mesh)
     except ValueError as error:
         raise TrainError(str(error)) from None
@@ -266,7 +269,7 @@ def placement_of(config: ml_collections.ConfigDict) -> Placement:
         resolved = config.copy_and_resolve_references()
         resolved.mesh.data, resolved.mesh.fsdp = int(mesh.shape["data"]), int(mesh.shape["fsdp"])
         config_lib.validate(resolved)  # the checks between threads and devices, with -1 resolved
-    first_thread, threads = hosts.thread_share(int(config.num_threads), index, count)
+    first_thread, threads = hosts.thread_share(num_threads, index, count)
     return Placement(mesh, index, count, first_thread, threads)
 
 
@@ -280,6 +283,7 @@ class Built:
     policy split into its compiled graph, frozen base and trainable parameters (placed)."""
 
     config: ml_collections.ConfigDict
+    settings: config_lib.Run  # `config` typed (`run.config.typed`)
     method: Method
     learner: LearnerConfig
     rollout: RolloutConfig
@@ -295,14 +299,15 @@ def build(config: ml_collections.ConfigDict, placement: Placement | None = None)
     """Builds what `config` describes (on `placement`, default one device): the method, the learner's
     and the rollouts' configs, the model (its weights loaded or made), the value head and, for a
     LoRA critic, a fresh critic adapter.  TrainError (one line) for a model that cannot load."""
-    placement = Placement(threads=int(config.num_threads)) if placement is None else placement
-    seeds = run_seeds(int(config.seed), placement.index)
-    method, lconfig = build_method(config), config_lib.learner_config(config)
+    run = config_lib.typed(config)
+    placement = Placement(threads=run.rollout.num_threads) if placement is None else placement
+    seeds = run_seeds(run.seed, placement.index)
+    method, lconfig = build_method(config), run.ppo
     model, tokenizer = load_model(config)
     head = build_value_head(model, config, seeds.head)
     graph, frozen, params = split_policy(model, head)
-    if config.critic.kind == "lora":
+    if run.critic.kind == "lora":
         params["critic_lora"] = fresh_critic_lora(model, seeds.critic_lora)
     rconfig = config_lib.rollout_config(config, tuple(tokenizer.eos_token_ids))
     graph, frozen, params = placement.place_policy(graph, frozen, params)
-    return Built(config, method, lconfig, rconfig, tokenizer, graph, frozen, params, placement, seeds)
+    return Built(config, run, method, lconfig, rconfig, tokenizer, graph, frozen, params, placement, seeds)

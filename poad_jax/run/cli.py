@@ -44,7 +44,7 @@ from poad_jax.run.rundir import check_cache_dir, default_workdir
 from poad_jax.run.train import NonFiniteUpdatesError, RunResult, TrainError, run
 
 
-def advice_lines(config: ml_collections.ConfigDict, episodes: dict[str, Any],
+def advice_lines(config: config_lib.Run, episodes: dict[str, Any],
                  records: list[dict[str, Any]] | None = None) -> list[str]:
     """What to try when the run achieved nothing (no step or episode succeeded); when its losses were
     not finite, that first (more steps or a larger rate would not help)."""
@@ -55,8 +55,8 @@ def advice_lines(config: ml_collections.ConfigDict, episodes: dict[str, Any],
     steps, ok = int(episodes.get("steps", 0)), int(episodes.get("succeeded_steps", 0))
     if not steps or ok or any(episodes.get("finished_success", [])):
         return []
-    if str(config.env.name).startswith("datasci/"):
-        if "smollm2" in str(config.model).lower():
+    if config.env.name.startswith("datasci/"):
+        if "smollm2" in config.model.lower():
             return [f"why: SmolLM2-135M rarely writes runnable scikit-learn code (0 of {steps} here); "
                     "the default configs/datasci.py uses a code model (Qwen2.5-Coder-0.5B: about 3 in 4 "
                     "programs run before training)."]
@@ -65,13 +65,13 @@ def advice_lines(config: ml_collections.ConfigDict, episodes: dict[str, Any],
     return ["try: a longer run (--config.total_env_steps) or a larger learning rate (ppo.actor_lr)."]
 
 
-def cut_off_lines(config: ml_collections.ConfigDict, records: list[dict[str, Any]]) -> list[str]:
+def cut_off_lines(config: config_lib.Run, records: list[dict[str, Any]]) -> list[str]:
     """How many actions (programs) the token limit cut off, when any was (older records lack the count)."""
     cut = sum(int(record.get("actions_cut_off") or 0) for record in records)
     if not cut:
         return []
     return [f"{cut} of {records[-1]['env_steps']} programs were cut off by sampling.max_new_tokens "
-            f"({int(config.sampling.max_new_tokens)} tokens)."]
+            f"({config.sampling.max_new_tokens} tokens)."]
 
 
 RESUME_OPTIONS = ("--workdir", "--config.total_env_steps")  # what `continue_command` sets itself
@@ -94,14 +94,14 @@ def continue_command(argv: list[str], workdir: pathlib.Path, total_env_steps: in
                        f"--config.total_env_steps={total_env_steps}"])
 
 
-def continue_lines(config: ml_collections.ConfigDict, result: RunResult, argv: list[str] | None = None) -> list[str]:
+def continue_lines(config: config_lib.Run, result: RunResult, argv: list[str] | None = None) -> list[str]:
     """How to go on: a finished run trains further with more env steps (twice the env steps it has
     run: a run resumed with a smaller total may already be past it), a run stopped early resumes; shown as
     the full command when `argv` (the command that ran) is known."""
     if not result.records:
         return []
     ran = int(result.records[-1].get("env_steps") or 0)
-    more = 2 * ran if result.finished else int(config.total_env_steps)
+    more = 2 * ran if result.finished else config.total_env_steps
     what = "to continue training" if result.finished else "to finish the run"
     update = result.records[-1]["update"]
     if argv is None:
@@ -111,13 +111,13 @@ def continue_lines(config: ml_collections.ConfigDict, result: RunResult, argv: l
             f"  {continue_command(argv, result.workdir, more)}"]
 
 
-def summary_text(config: ml_collections.ConfigDict, result: RunResult, argv: list[str] | None = None) -> str:
+def summary_text(config: config_lib.Run, result: RunResult, argv: list[str] | None = None) -> str:
     """The end-of-run summary: the metric table, what the run achieved in words, the best program,
     what to try if nothing succeeded, and how to continue (`continue_lines`)."""
-    datasci = str(config.env.name).startswith("datasci/") or result.best is not None  # an env with programs
+    datasci = config.env.name.startswith("datasci/") or result.best is not None  # an env with programs
     unit = ("programs", "ran", "AUC") if datasci else ("steps", "succeeded", "reward")
     lines = [run_logging.summary_table(result.records), ""]
-    lines += run_logging.run_summary_lines(result.records, result.episodes, int(config.total_env_steps), *unit)
+    lines += run_logging.run_summary_lines(result.records, result.episodes, config.total_env_steps, *unit)
     if datasci:
         lines += cut_off_lines(config, result.records)
         lines += best_lib.summary_lines(result.best, result.workdir)
@@ -228,7 +228,7 @@ def main(config: ml_collections.ConfigDict, workdir: pathlib.Path, compilation_c
         jax.distributed.shutdown()  # a barrier: no process leaves while another still needs it
     if primary:
         print()
-        print(summary_text(config, result, argv))
+        print(summary_text(config_lib.typed(config), result, argv))
         print(f"\nrun directory: {result.workdir}")
     return 0
 
@@ -275,7 +275,8 @@ options:
                          same one again to resume
   --config.FIELD=VALUE   override any setting, dotted (--config.method=ntpo,
                          --config.ppo.actor_lr=1e-4, --config.env.name=toy/decisive_token);
-                         every field and its default: poad_jax/run/config/settings.py
+                         every field and its default: poad_jax/run/config/settings.py and the
+                         declarations it composes
 
 {configs}
 

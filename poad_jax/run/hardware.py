@@ -78,13 +78,13 @@ def resolve_behaviour_logprobs(config: Any, recorded: str | None = None) -> tupl
     (up to 0.055), so the learner recomputes them."""
     from poad_jax.run import config as config_lib
 
-    name = str(config.behaviour_logprobs)
+    name = config.behaviour_logprobs
     if name != AUTO:
         return name, "set in the config"
     if recorded and recorded != AUTO:
         return recorded, "auto: the run directory's recorded choice"
     refusal = config_lib.sampler_logprobs_refusal(config)
-    if refusal is None and str(config.matmul_dtype) == "float32":
+    if refusal is None and config.matmul_dtype == "float32":
         return "sampler", "auto: float32 decoding gives the learner's own to rounding"
     return "recompute", "auto: " + ("bfloat16 decoding rounds them differently" if refusal is None
                                     else "the sampler's cannot serve this method")
@@ -96,13 +96,13 @@ def resolve_config(config: Any, stored: dict[str, Any] | None = None) -> str | N
     run prints about them, or None when nothing was automatic."""
     stored = stored or {}
     lines = []
-    name = str(config.matmul_dtype)
+    name = config.matmul_dtype
     if name == AUTO:
         recorded = stored.get("matmul_dtype")
         dtype, why = resolve_matmul_dtype(name, str(recorded) if recorded else None)
         config.matmul_dtype = dtype
         lines.append(f"matmuls in {dtype} ({why})")
-    if str(config.behaviour_logprobs) == AUTO:
+    if config.behaviour_logprobs == AUTO:
         recorded = stored.get("behaviour_logprobs")
         source, why = resolve_behaviour_logprobs(config, str(recorded) if recorded else None)
         config.behaviour_logprobs = source

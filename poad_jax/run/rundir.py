@@ -151,7 +151,7 @@ def write_config(workdir: pathlib.Path, config: ml_collections.ConfigDict, chang
         with open(workdir / CHANGES_FILE, "a") as f:
             f.write(json.dumps(entry) + "\n")
     write_atomically(workdir / CONFIG_FILE, config.to_json_best_effort(indent=2) + "\n")
-    registered = envs_py.spec(str(config.env.name))
+    registered = envs_py.spec(config.env.name)
     if not registered.entry_point.startswith("envs_py."):  # the user's own: the next process must import it
         write_atomically(workdir / ENVIRONMENT_FILE, json.dumps(dataclasses.asdict(registered), indent=2) + "\n")
 

@@ -51,7 +51,7 @@ from poad_jax.run import metrics as run_logging
 from poad_jax.run import rundir
 from poad_jax.run.action_log import ActionLog
 from poad_jax.run.build import Built, Placement, build, placement_of
-from poad_jax.run.config import TrainError, config_warnings, group_size, one_line, validate
+from poad_jax.run.config import Run, TrainError, config_warnings, one_line, typed, validate
 from poad_jax.run.progress import NoProgress, RunProgress
 from poad_jax.run.resume import checkpoint_meta, restore, run_stats
 from poad_jax.sampling import Sampler
@@ -163,14 +163,15 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
     warning = vocabulary_warning(built.tokenizer, collector.observations)
     if warning and placement.primary:
         print(warning, file=sys.stderr, flush=True)
-    placement.own_threads(collector, int(config.num_threads), int(config.seed))
-    checkpointer = checkpoint_lib.RunCheckpointer(workdir, int(config.keep_checkpoints))
-    logger = run_logging.MetricsLogger(workdir, tensorboard=bool(config.tensorboard) and placement.primary,
+    settings = built.settings
+    placement.own_threads(collector, settings.rollout.num_threads, settings.seed)
+    checkpointer = checkpoint_lib.RunCheckpointer(workdir, settings.keep_checkpoints)
+    logger = run_logging.MetricsLogger(workdir, tensorboard=settings.tensorboard and placement.primary,
                                        write=placement.primary)
-    keeper = best_lib.BestProgramKeeper(workdir, str(config.env.name), dict(config.env.kwargs)) if placement.primary \
+    keeper = best_lib.BestProgramKeeper(workdir, settings.env.name, settings.env.kwargs) if placement.primary \
         else _NoBestProgram()
-    action_log = ActionLog(workdir, enabled=bool(config.log_actions), primary=placement.primary)
-    total, progress = int(config.total_env_steps), NoProgress()
+    action_log = ActionLog(workdir, enabled=settings.log_actions, primary=placement.primary)
+    total, progress = settings.total_env_steps, NoProgress()
     try:
         state, rollout_rng, records = restore(checkpointer, state, collector, envs, logger, placement, seeds.rollout,
                                               workdir, say=print if show_progress else None)
@@ -180,8 +181,8 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
             (workdir / rundir.FINISHED_FILE).unlink(missing_ok=True)
         run_episodes = run_stats(collector.stats)  # the whole run's episodes (all processes')
         if show_progress:
-            progress = RunProgress(total, collector.env_steps, f"{config.method} {config.env.name}")
-        last_update = final_update(config, int(state.update_step), collector.env_steps, total)
+            progress = RunProgress(total, collector.env_steps, f"{settings.method} {settings.env.name}")
+        last_update = final_update(settings, int(state.update_step), collector.env_steps, total)
         last_kl: float | None = None
         nonfinite_streak = trailing_nonfinite_updates(records)
         updates_this_call = 0
@@ -204,26 +205,26 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
             steps, next_prompts = collector.collect(placement.rollout_key(collect_rng), on_step, on_results)
             run_episodes = run_stats(collector.stats)
             progress.phase(f"update {update_in_flight}/{last_update}: learning")
-            value_head = target_head if config.critic.target_update_every > 0 else state.params["head"]
+            value_head = target_head if settings.critic.target_update_every > 0 else state.params["head"]
             state, metrics, batch, plans, learn_seconds = learn_from_rollout(config, built, update_fn, state,
                                                                              value_head, steps, next_prompts)
             seconds = {"sampling": collector.timings["sampling"] - before["sampling"],
                        "env": collector.timings["env"] - before["env"], **learn_seconds}
             update = int(state.update_step)
-            if config.critic.target_update_every > 0 and update % int(config.critic.target_update_every) == 0:
+            if settings.critic.target_update_every > 0 and update % settings.critic.target_update_every == 0:
                 target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
             record = {"update": update, "env_steps": collector.env_steps,
                       **episode_summary(run_episodes, since=episodes_before),
                       **step_summary(run_episodes, counters_before),
                       **{k: float(v) for k, v in metrics.items()},
-                      **batch_record(config, method, steps, rconfig, batch, sampler, sampler_flops, update_compiles(),
+                      **batch_record(settings, method, steps, rconfig, batch, sampler, sampler_flops, update_compiles(),
                                      plans),
                       **{f"seconds_{phase}": value for phase, value in seconds.items()},
                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
             logger.log(record)
             records.append(record)
             updates_this_call += 1
-            if update % int(config.checkpoint_every) == 0 or collector.env_steps >= total:
+            if update % settings.checkpoint_every == 0 or collector.env_steps >= total:
                 progress.phase(f"update {update}/{last_update}: saving")
                 checkpointer.save(update, state, checkpoint_meta(update, collector, envs, rollout_rng, records))
             if collector.env_steps >= total and placement.primary:
@@ -232,14 +233,14 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
             progress.show(run_logging.progress_postfix(run_episodes.state_dict(), last_kl,
                                                        nonfinite_steps=run_logging.count_nonfinite_steps(records)))
             nonfinite_streak = nonfinite_streak + 1 if record.get("nonfinite_steps") else 0
-            if nonfinite_streak >= int(config.max_nonfinite_updates):
-                raise NonFiniteUpdatesError(nonfinite_stop_message(config, record, nonfinite_streak, steps))
+            if nonfinite_streak >= settings.max_nonfinite_updates:
+                raise NonFiniteUpdatesError(nonfinite_stop_message(settings, record, nonfinite_streak, steps))
     finally:
         progress.close()
         logger.close()
         checkpointer.close()
     episodes = run_episodes.state_dict()
-    if config.plot and records and placement.primary:
+    if settings.plot and records and placement.primary:
         run_logging.plot_curves(records, workdir / "curves.png", episodes)
     finished = bool(records) and records[-1]["env_steps"] >= total
     return RunResult(workdir, records, state, episodes, keeper.best, finished)
@@ -256,17 +257,17 @@ def trailing_nonfinite_updates(records: list[dict[str, Any]]) -> int:
     return count
 
 
-def nonfinite_stop_message(config: ml_collections.ConfigDict, record: dict[str, Any], streak: int,
+def nonfinite_stop_message(settings: Run, record: dict[str, Any], streak: int,
                            steps: list[list[StepRecord]]) -> str:
     """Why the run stops after `streak` updates with non-finite steps, and the three likely causes
     with this run's values (the rollout's largest |reward|, the rates, the matmul precision)."""
     largest = max((abs(r.reward) for records in steps for r in records), default=0.0)
-    minibatch_steps = int(config.ppo.epochs) * int(config.ppo.num_minibatches)
+    minibatch_steps = settings.ppo.epochs * settings.ppo.num_minibatches
     return (f"{streak} updates in a row had minibatch steps with a non-finite loss or gradient "
             f"({int(record['nonfinite_steps'])} of {minibatch_steps} skipped in update {record['update']}), "
             f"so the run stopped; likely causes: the reward scale (|reward| up to {largest:.3g} in its rollout), "
-            f"the learning rate (ppo.actor_lr={float(config.ppo.actor_lr):g}, "
-            f"ppo.critic_lr={float(config.ppo.critic_lr):g}) or the precision (matmul_dtype={config.matmul_dtype})")
+            f"the learning rate (ppo.actor_lr={settings.ppo.actor_lr:g}, "
+            f"ppo.critic_lr={settings.ppo.critic_lr:g}) or the precision (matmul_dtype={settings.matmul_dtype})")
 
 
 def join_processes(config: ml_collections.ConfigDict) -> None:
@@ -285,11 +286,12 @@ def build_envs(config: ml_collections.ConfigDict, num_envs: int | None = None,
     """The run's vector env (default: all `num_threads` threads, seeded by
     `config.seed`; a process of a multi-process run builds its share);
     TrainError (one line) for anything the user can fix (kwargs, data files)."""
+    settings = typed(config)
     try:
         return envs_py.VectorEnv(
-            config.env.name, int(config.num_threads) if num_envs is None else int(num_envs),
-            seed=int(config.seed) if seed is None else int(seed),
-            mode=str(config.env.vector_mode), group_size=max(group_size(config), 1), **dict(config.env.kwargs),
+            settings.env.name, settings.rollout.num_threads if num_envs is None else num_envs,
+            seed=settings.seed if seed is None else seed,
+            mode=settings.env.vector_mode, group_size=max(settings.rollout.group_size, 1), **settings.env.kwargs,
         )
     except Exception as error:  # construction runs user-chosen kwargs and data files: say what failed
         raise TrainError(f"cannot build environment {config.env.name!r}: {one_line(error)}") from None
@@ -330,14 +332,14 @@ class _NoBestProgram:
         return False
 
 
-def final_update(config: ml_collections.ConfigDict, update: int, env_steps: int, total: int) -> int:
+def final_update(settings: Run, update: int, env_steps: int, total: int) -> int:
     """The update the run ends at: `update` plus the updates (of num_threads x rollout_length
     env steps, all processes') that `total - env_steps` needs, rounded up."""
-    per_update = int(config.num_threads) * int(config.rollout_length)
+    per_update = settings.rollout.num_threads * settings.rollout.rollout_length
     return update + max(0, -(-(total - env_steps) // per_update))
 
 
-def batch_record(config: ml_collections.ConfigDict, method: Method, steps: list[list[StepRecord]], rconfig,
+def batch_record(settings: Run, method: Method, steps: list[list[StepRecord]], rconfig,
                  batch: TokenBatch, sampler: Sampler, sampler_flops_before: int,
                  learner_compiles: int, plans: PrefixPlans | None = None) -> dict[str, int]:
     """An update's batch fields: the actions the token limit cut off (all processes'), the batch's
@@ -347,10 +349,10 @@ def batch_record(config: ml_collections.ConfigDict, method: Method, steps: list[
         "batch_prefix_len": plans.learner.prefix_len, "batch_packed_len": plans.learner.packed_len}
     return {"actions_cut_off": sum(hosts.allgather_json(actions_cut_off(steps, rconfig))),
             "batch_prompt_len": int(batch.prompt_len), "batch_action_len": int(batch.action_len), **packed,
-            **update_cost_record(config, method, batch, sampler, sampler_flops_before, learner_compiles, plans)}
+            **update_cost_record(settings, method, batch, sampler, sampler_flops_before, learner_compiles, plans)}
 
 
-def update_cost_record(config: ml_collections.ConfigDict, method: Method, batch: TokenBatch, sampler: Sampler,
+def update_cost_record(settings: Run, method: Method, batch: TokenBatch, sampler: Sampler,
                        sampler_flops_before: int, learner_compiles: int,
                        plans: PrefixPlans | None = None) -> dict[str, int]:
     """An update's cost fields: the compilations so far (`compiles_*`) and the matmul FLOPs
@@ -367,11 +369,11 @@ def update_cost_record(config: ml_collections.ConfigDict, method: Method, batch:
     passes, behaviour_passes = passes_over(plans.learner), passes_over(plans.rows)
     bootstrap = None if plans.next_rows is None else flops_lib.Pass(1, plans.next_rows.packed_len)
     counted = flops_lib.update_flops(
-        sampler.model_config, passes, head_sizes=tuple(config.critic.hidden_sizes), next_rows=batch.num_threads,
-        prompt_len=batch.prompt_len, critic_kind=str(config.critic.kind) if method.uses_critic else "none",
-        remat=str(config.remat), epochs=int(config.ppo.epochs),
-        sampler_logprobs=str(config.behaviour_logprobs) == "sampler", behaviour_passes=behaviour_passes,
-        bootstrap=bootstrap, reference_logprobs=float(config.ppo.ref_kl_coef) > 0)
+        sampler.model_config, passes, head_sizes=settings.critic.hidden_sizes, next_rows=batch.num_threads,
+        prompt_len=batch.prompt_len, critic_kind=settings.critic.kind if method.uses_critic else "none",
+        remat=settings.remat, epochs=settings.ppo.epochs,
+        sampler_logprobs=settings.rollout.behaviour_logprobs == "sampler", behaviour_passes=behaviour_passes,
+        bootstrap=bootstrap, reference_logprobs=settings.ppo.ref_kl_coef > 0)
     return {"compiles_learner": int(learner_compiles), "compiles_sampler": int(sampler.compile_count),
             "flops_sampler": int(sampler.matmul_flops - sampler_flops_before),
             "flops_behaviour": counted["behaviour"], "flops_learner": counted["learner"]}

@@ -33,6 +33,7 @@ from poad_jax.core.layout import ACTION_BUCKETS, COUNT_BUCKETS, PROMPT_BUCKETS, 
 from poad_jax.models.decode import unstack_weights
 from poad_jax.models.llama import base_filter
 from poad_jax.parallel.sampling_layout import SamplingLayout
+from poad_jax.sampling.config import SamplingConfig
 from poad_jax.sampling.loop import FreeSampling, TrieSampling, decode_loop, left_pad, prefill, repeat_rows
 from poad_jax.sampling.scoring import (
     NORMALIZATIONS,
@@ -47,42 +48,6 @@ FINISH_STOP_TOKEN = "stop_token"
 FINISH_LENGTH = "length"
 DEFAULT_BATCH_BUCKETS = COUNT_BUCKETS
 DEFAULT_PROMPT_BUCKETS = PROMPT_BUCKETS
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingConfig:
-    """How to draw tokens.  temperature 0 = greedy; top_k 0 = off; top_p 1 = off.
-
-    `stop_token_ids` end a row (the stop token is kept in the output).  When it
-    is empty and a tokenizer is passed to `generate`, the tokenizer's
-    `eos_token_ids` are used.  `logprobs_of`: what `Generation.logprobs` holds,
-    log pi(token) of the "sampled" (truncated) distribution or of the untruncated
-    "policy" softmax(logits / T) (PPO's old log-probs, `behaviour_logprobs="sampler"`).
-    `share_prompts`: prompts that occur several times in one call are run into the KV cache
-    once and their cache rows copied (one device; the draws are per row as before, the
-    prefill's rows equal to float rounding).
-    """
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    max_new_tokens: int = 128
-    stop_token_ids: tuple[int, ...] = ()
-    logprobs_of: str = "sampled"
-    share_prompts: bool = False
-
-    def __post_init__(self):
-        if self.logprobs_of not in ("sampled", "policy"):
-            raise ValueError(f"logprobs_of must be 'sampled' or 'policy', got {self.logprobs_of!r}")
-        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,7 +234,7 @@ class Sampler:
         if not stop_ids and tokenizer is not None:
             stop_ids = tuple(int(t) for t in getattr(tokenizer, "eos_token_ids", ()))
         stop_ids = tuple(sorted(set(stop_ids)))
-        rule = FreeSampling(float(config.temperature), int(config.top_k), float(config.top_p), stop_ids,
+        rule = FreeSampling(config.temperature, config.top_k, config.top_p, stop_ids,
                             record_policy=config.logprobs_of == "policy")
         carry = self._start(prompts, config.max_new_tokens, config.share_prompts)
         carry = self._decode(*self._weights(), carry, self._key(rng), rule)

@@ -36,6 +36,7 @@ import envs_py
 from poad_jax.run.config.errors import ArgumentParser
 from poad_jax.agent.rollout import RolloutCollector
 from poad_jax.run import best_program
+from poad_jax.run import config as config_lib
 from poad_jax.run.build import build_method
 from poad_jax.run.config import rollout_config
 from poad_jax.sampling import Sampler
@@ -82,8 +83,9 @@ def policy_config(config, policy: str):
 def policies_differ(config) -> bool:
     """Whether a run's behaviour is not its token policy (a token-level method that sampled from the
     action scores or explored)."""
-    return config.method != "twosome" and (
-        config.restricted_sampling != "trie" or float(config.trie_explore_temperature) > 0)
+    run = config_lib.typed(config)
+    return run.method != "twosome" and (
+        run.rollout.restricted_sampling != "trie" or run.rollout.trie_explore_temperature > 0)
 
 
 def playing_collector(model, tokenizer, config, env_name: str, threads: int, greedy: bool, seed: int,
@@ -96,9 +98,10 @@ def playing_collector(model, tokenizer, config, env_name: str, threads: int, gre
     rconfig = rollout_config(config, tuple(tokenizer.eos_token_ids))
     sampling = dataclasses.replace(rconfig.sampling, temperature=0.0 if greedy else rconfig.sampling.temperature)
     rconfig = dataclasses.replace(rconfig, sampling=sampling, num_threads=threads, rollout_length=1)
-    kwargs = dict(config.env.kwargs) if env_name == config.env.name else {}
+    env = config_lib.typed(config).env
+    kwargs = env.kwargs if env_name == env.name else {}
     try:
-        envs = envs_py.VectorEnv(env_name, threads, seed=seed, mode=str(config.env.vector_mode), **kwargs)
+        envs = envs_py.VectorEnv(env_name, threads, seed=seed, mode=env.vector_mode, **kwargs)
     except Exception as error:  # kwargs and data files are the user's: one line, not a traceback
         raise ExportError(f"cannot build environment {env_name!r}: {' '.join(str(error).split())}") from None
     return RolloutCollector(envs, tokenizer, Sampler(model, prompt_buckets=rconfig.prompt_buckets), method,
@@ -109,8 +112,8 @@ def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy:
                  policy: str = "behaviour") -> EvalResult:
     """Plays `episodes` full episodes (threads in parallel) of `policy` (`policy_config`) and averages
     return and success."""
-    collector = playing_collector(model, tokenizer, config, env_name, min(episodes, int(config.num_threads)),
-                                  greedy, seed, policy)
+    threads = min(episodes, config_lib.typed(config).rollout.num_threads)
+    collector = playing_collector(model, tokenizer, config, env_name, threads, greedy, seed, policy)
     rng = jax.random.key(seed)
     steps = 0
     try:
@@ -203,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     except ExportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    names = expand_env_names(args.env or [config.env.name])
+    names = expand_env_names(args.env or [config_lib.typed(config).env.name])
     known = envs_py.registry()
     unknown = [n for n in names if n not in known]
     if unknown:

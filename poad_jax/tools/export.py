@@ -85,7 +85,8 @@ def load_trained_actor(workdir: pathlib.Path):
     if not checkpoint_lib.checkpoint_steps(workdir):
         raise ExportError(f"{workdir} has no checkpoint yet")
     try:
-        rundir.register_recorded_environment(workdir, str(config.env.name))  # a user's own environment
+        env_name = config_lib.typed(config).env.name
+        rundir.register_recorded_environment(workdir, env_name)  # a user's own environment
         built = build(config)
     except TrainError as error:
         raise ExportError(str(error)) from None
@@ -156,7 +157,7 @@ def export_peft(workdir: str | pathlib.Path, out: str | pathlib.Path, base_model
         raise ExportError(f"cannot create --out {out}: {error.strerror or error}") from None
     save_file(peft_tensors(lora_a, lora_b), str(out / "adapter_model.safetensors"))
     lora = model.lora_config
-    base, note = (base_model, None) if base_model else peft_base_model(str(config.model), workdir)
+    base, note = (base_model, None) if base_model else peft_base_model(config_lib.typed(config).model, workdir)
     if note:
         say(f"note: {note}")
     (out / "adapter_config.json").write_text(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from envs_py.synthetic import optimal_return
 from poad_jax.agent.methods import make_method
+from poad_jax.run import config as config_lib
 
 
 def per_action_discount(method: str, gamma_a: float, gamma_w: float | None, action_length: int) -> float:
@@ -28,8 +29,9 @@ def per_action_discount(method: str, gamma_a: float, gamma_w: float | None, acti
 def save_or_take_optimum(config) -> float:
     """Undiscounted return of the policy optimal for the method's objective on
     `synthetic/save_or_take` with this trainer config (deterministic transitions)."""
-    kwargs = dict(config.env.kwargs)
-    gamma_w = None if config.gamma_w < 0 else float(config.gamma_w)
-    g = per_action_discount(config.method, float(config.ppo.gamma), gamma_w, int(kwargs.get("action_length", 4)))
+    run = config_lib.typed(config)
+    kwargs = run.env.kwargs
+    gamma_w = None if run.gamma_w < 0 else run.gamma_w
+    g = per_action_discount(run.method, run.ppo.gamma, gamma_w, int(kwargs.get("action_length", 4)))
     return optimal_return(g, int(kwargs.get("horizon", 4)), float(kwargs.get("take_reward", 0.5)),
                           float(kwargs.get("save_reward", 1.0)))

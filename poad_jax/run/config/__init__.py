@@ -1,12 +1,15 @@
 """The training configuration, one module a job:
 
-- `settings`: every setting declared once, its default, type, one-line
-  meaning and check in one dataclass field (one dataclass a section:
-  `Run`, `PPO`, `Sampling`, ...); `default_config()` is made from them.  The
-  task files `configs/<task>.py` start from it and set what differs;
-  `--config.x=y` overrides any field on the command line.
-- `declare`: how a setting is declared (`setting`, `section`, the rules
-  `Check`, `OneOf`, `at_least`, ...) and what derives from the declarations.
+- `settings`: `Run`, the config's tree: the layers' declarations composed
+  (`LearnerConfig` as `config.ppo`, `SamplingConfig` as `config.sampling`,
+  `GroupConfig` as `config.group`, `RolloutConfig`'s settings at the top
+  level) beside the run's own settings; `default_config()` is made from it.
+  The task files `configs/<task>.py` start from it and set what differs;
+  `--config.x=y` overrides any field on the command line.  How a setting is
+  declared (`setting`, `section`, `inline`, `derived`, the rules `Check`,
+  `OneOf`, `at_least`, ...) is `poad_jax/declare.py`.
+- `boundary`: `typed(config)`, the config turned back into those objects once,
+  each value of its declared type, each derived field by its one rule.
 - `checks`: `validate(config)`, the one validation: each declared field's
   check (`CHECKS`), then the checks between fields.  A bad value raises
   `ConfigError` with one line naming the field; the trainer prints it and
@@ -19,34 +22,33 @@
   per-method presets (`set_method_preset`) and the authors' (`set_authors_semantics`).
 - `resumable`: `RESUMABLE_FIELDS`, the fields a run directory's re-run may
   change (and what a change affects), for the trainer and the study runner.
-- `convert`: `learner_config`, `rollout_config`, `sampling_config`: the
-  dataclasses the library runs on, built from the ConfigDict at the
-  command-line boundary (`poad_jax.run.build` builds everything else a run
-  needs from it).
+- `convert`: `learner_config`, `rollout_config`, `sampling_config`: one part
+  of `typed(config)` with the run's own values (`poad_jax.run.build` builds
+  everything else a run needs from the config).
 
-Adding a setting is one field in `settings.py` (docs/architecture.md,
-"Adding a setting"), plus a field of the same name in `LearnerConfig` or
-`RolloutConfig` where the library uses it; the converters copy it by name.
+Adding a setting is one field in the class that declares its layer's settings,
+and its use (docs/architecture.md, "Worked example: adding a setting").
 
 Importing this package imports no JAX (the config files import it).
 """
 
 from poad_jax.run.config.checks import CHECKS, check_field, config_warnings, sampler_logprobs_refusal, validate
 from poad_jax.run.config.convert import group_size, learner_config, rollout_config, sampling_config
-from poad_jax.run.config.declare import Check, OneOf, above, at_least, setting, section, within
+from poad_jax.declare import Check, OneOf, above, at_least, derived, inline, setting, section, within
 from poad_jax.run.config.errors import ConfigError, TrainError, one_line
 from poad_jax.run.config.fields import UnknownFieldError, completed, field_parent, field_value
 from poad_jax.run.config.files import (load_config_file, set_authors_semantics, set_method_preset,
                                        split_config_argument)
 from poad_jax.run.config.resumable import RESUMABLE_FIELDS, SAME_NUMBERS, resumable_kind
-from poad_jax.run.config.settings import DTYPES, MATMUL_DTYPE_CHOICES, MATMUL_DTYPES, default_config
+from poad_jax.run.config.settings import DTYPES, MATMUL_DTYPE_CHOICES, MATMUL_DTYPES, Run, default_config
+from poad_jax.run.config.boundary import typed
 
 __all__ = [
     "CHECKS", "Check", "ConfigError", "DTYPES", "MATMUL_DTYPES", "MATMUL_DTYPE_CHOICES", "OneOf",
     "RESUMABLE_FIELDS", "SAME_NUMBERS", "UnknownFieldError", "above", "at_least", "check_field", "completed",
-    "config_warnings", "default_config", "field_parent", "field_value", "group_size", "learner_config",
+    "config_warnings", "default_config", "derived", "field_parent", "field_value", "group_size", "inline", "learner_config",
     "load_config_file",
-    "resumable_kind", "rollout_config", "sampler_logprobs_refusal", "sampling_config", "section",
+    "resumable_kind", "rollout_config", "Run", "sampler_logprobs_refusal", "sampling_config", "section",
     "set_authors_semantics", "set_method_preset", "setting", "split_config_argument", "TrainError", "one_line",
-    "validate", "within",
+    "typed", "validate", "within",
 ]

@@ -9,7 +9,7 @@ from typing import Any
 
 import ml_collections
 
-from poad_jax.run.config.declare import Check, OneOf, declared_leaves
+from poad_jax.declare import Check, OneOf, declared_leaves, refusal
 from poad_jax.run.config.errors import ConfigError
 from poad_jax.run.config.fields import field_value
 from poad_jax.run.config.settings import Run
@@ -18,39 +18,16 @@ from poad_jax.run.config.settings import Run
 CHECKS: tuple[Check | OneOf, ...] = tuple(leaf.check for leaf in declared_leaves(Run))
 
 
-def _shown(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
-
-
 def check_field(config: ml_collections.ConfigDict, check: Check | OneOf) -> None:
     """Raises ConfigError (one line naming the field) if `config` breaks `check`."""
-    value = field_value(config, check.field)
-    if isinstance(check, OneOf):
-        choices = check.choices()
-        listed = ", ".join(str(c) for c in choices)
-        if check.many:
-            if len(value) and all(v in choices for v in value):
-                return
-            raise ConfigError(f"{check.field} must be one or more of {listed}, got {tuple(value)}")
-        if value in choices:
-            return
-        if check.noun:
-            raise ConfigError(f"unknown {check.noun} {value!r} ({check.field}); choose one of {listed}")
-        raise ConfigError(f"{check.field} must be one of {listed}, got {_shown(value)}")
-    try:
-        ok = bool(check.ok(value))
-    except (TypeError, ValueError):  # e.g. a string where a number belongs
-        ok = False
-    if isinstance(value, float) and math.isnan(value):
-        ok = False
-    if not ok:
-        why = f" ({check.why})" if check.why else ""
-        raise ConfigError(f"{check.field} must be {check.must}, got {_shown(value)}{why}")
+    problem = refusal(check, field_value(config, check.field))
+    if problem:
+        raise ConfigError(problem)
 
 
 def _check_preset(config: ml_collections.ConfigDict) -> None:
     """A preset's per-method settings are for the method it names (`<file>:<method>`)."""
-    preset = str(config.preset)
+    preset = config.preset
     if not preset:
         return
     path, _, method = preset.rpartition(":")
@@ -89,7 +66,7 @@ def _check_behaviour_policy(config: ml_collections.ConfigDict) -> None:
     """The behaviour-policy options: the importance correction is for token-level methods
     whose old log-probs are the learner's own; trie exploration needs the correction."""
     correction = config.ppo.behaviour_correction
-    explore = float(config.trie_explore_temperature)
+    explore = config.trie_explore_temperature
     if correction == "importance":
         if config.method == "twosome":
             raise ConfigError("ppo.behaviour_correction='importance' is for poad or ntpo: TWOSOME samples "
@@ -113,7 +90,7 @@ def _check_together(config: ml_collections.ConfigDict) -> None:
             f"num_threads x rollout_length ({rows}) must be divisible by ppo.num_minibatches x "
             f"ppo.accumulation_steps ({config.ppo.num_minibatches} x {config.ppo.accumulation_steps})"
         )
-    loss_chunks = int(config.ppo.loss_chunks)
+    loss_chunks = config.ppo.loss_chunks
     if (rows // config.ppo.num_minibatches) % loss_chunks:
         raise ConfigError(
             f"a minibatch's rows ({rows // config.ppo.num_minibatches}) must be divisible by ppo.loss_chunks "
@@ -146,17 +123,17 @@ def _check_group(config: ml_collections.ConfigDict) -> None:
     from poad_jax.agent.methods import GROUP_METHODS  # imported when a config is validated, as the method list
 
     if config.method not in GROUP_METHODS:
-        if float(config.ppo.ref_kl_coef) > 0:
+        if config.ppo.ref_kl_coef > 0:
             raise ConfigError(f"ppo.ref_kl_coef > 0 is for grpo and gigpo, not {config.method}")
         return
-    size = int(config.group.size) or int(config.num_threads)
+    size = config.group.size or config.num_threads
     if config.num_threads % size:
         raise ConfigError(f"num_threads ({config.num_threads}) must be divisible by group.size ({size}): "
                           f"{config.method}'s groups are whole groups of threads (0: all threads, one group)")
     if config.restricted_sampling != "trie":
         raise ConfigError(f"{config.method} samples the token policy it optimises: restricted_sampling must be "
                           "'trie', not 'action_scores'")
-    if config.ppo.behaviour_correction != "none" or float(config.trie_explore_temperature) > 0:
+    if config.ppo.behaviour_correction != "none" or config.trie_explore_temperature > 0:
         raise ConfigError(f"{config.method} samples the token policy it optimises: it needs no "
                           "ppo.behaviour_correction and no trie_explore_temperature")
     if config.distributed.num_processes > 1:
@@ -191,7 +168,7 @@ def config_warnings(config: ml_collections.ConfigDict) -> list[str]:
     """
     warnings = []
     rows_per_chunk = (config.num_threads * config.rollout_length // config.ppo.num_minibatches
-                      // max(int(config.ppo.loss_chunks), 1))
+                      // max(config.ppo.loss_chunks, 1))
     if config.method == "twosome" and config.ppo.advantage_normalization == "adrl" and rows_per_chunk < 2:
         warnings.append(
             f"warning: every TWOSOME advantage will be 0 and the policy will not learn: "
@@ -203,12 +180,20 @@ def config_warnings(config: ml_collections.ConfigDict) -> list[str]:
     return warnings
 
 
+def _check_training_sampling(config: ml_collections.ConfigDict) -> None:
+    """Training samples its actions: the sampler's temperature 0 (greedy, allowed to the sampler) is refused."""
+    if not config.sampling.temperature > 0:
+        raise ConfigError(f"sampling.temperature must be > 0, got {config.sampling.temperature} "
+                          "(training samples its actions; 0 would be greedy)")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """The one validation of a training config: every declared field's check (`CHECKS`), then the
     checks between fields.  Raises ConfigError with one line naming the field."""
     for check in CHECKS:
         check_field(config, check)
     _check_preset(config)
+    _check_training_sampling(config)
     _check_together(config)
     _check_group(config)
     _check_processes(config)

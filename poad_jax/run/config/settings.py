@@ -1,14 +1,18 @@
-"""Every training setting, declared once: its default, type, one-line meaning and check.
+"""The training config's tree: the layers' declarations composed, and the run's own settings.
 
-One frozen dataclass per section of the config (`Run` is the top level;
-`config.ppo` is `PPO`, ...).  `default_config()` is made from them, and the
-checks `validate` runs are derived from them (`declare.py` says how), so a
-setting's default, type, meaning and check sit in one field here.  A mode
+Each setting is declared once, beside the code that reads it, in the object
+that code runs on (`poad_jax/declare.py` says how): `config.ppo` is
+`agent.learner_config.LearnerConfig`, `config.sampling`
+`sampling.config.SamplingConfig`, `config.group`
+`core.group_advantages.GroupConfig`, and the rollouts' top-level fields
+`agent.rollout_config.RolloutConfig` (spliced in with `inline`).  The settings
+only the run reads are declared here (`Run`'s own fields and the sections
+`Lora`, `Env`, `Critic`, `Mesh`, `Distributed`).  `default_config()`, the
+checks `validate` runs and `typed(config)` are derived from this tree.  A mode
 string is a `Literal[...]` type: its values are its check.
 
-The defaults are the paper's (its tables, docs/adrl_parity.md): PPO clip 0.2,
-value clip 0.2, value coefficient 0.5, max grad norm 0.5, KL threshold 0.02,
-λ 0.95, Adam ε 1e-5, LoRA r 8 α 16 on q and v.  γ, learning rates, threads x
+The defaults are the paper's (its tables, docs/adrl_parity.md): LoRA r 8 α 16
+on q and v here, the PPO constants in `LearnerConfig`.  γ, learning rates, threads x
 steps and env steps are the paper's VirtualHome row (γ 0.95, actor lr 1e-6,
 critic lr 5e-5, 4 x 32, 6k env steps), which DataSciCoding shares except for
 its 8 steps; Overcooked's γ 0.99 and rates 5e-7 / 1e-5 are set in
@@ -26,10 +30,13 @@ from typing import Literal
 
 import ml_collections
 
-from poad_jax.agent.modes import (AdvantageNormalization, BehaviourCorrection, CriticKind, EntropyScope,
-                                   GroupNormalisation, KlSkip, LambdaScope)
+from poad_jax.agent.learner_config import CriticKind, LearnerConfig
+from poad_jax.agent.rollout_config import RolloutConfig
 from poad_jax.core import layout  # NumPy only
-from poad_jax.run.config.declare import Check, OneOf, above, as_config_dict, at_least, section, setting, within
+from poad_jax.core.group_advantages import GroupConfig
+from poad_jax.declare import (INLINE, SECTION, Check, OneOf, above, at_least, default_of, inline, is_setting,
+                              section, setting, within)
+from poad_jax.sampling.config import SamplingConfig
 
 # The dtypes a config may name (`poad_jax.run.build.jax_dtype` turns a name into JAX's).
 Dtype = Literal["float32", "bfloat16", "float16"]  # model parameters and activations
@@ -71,9 +78,6 @@ def _is_address(value: str) -> bool:
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
-_RATE_WHY = "a negative rate would ascend the loss"
-
-
 @dataclasses.dataclass(frozen=True)
 class Lora:
     """The actor's adapters (`config.lora`)."""
@@ -93,83 +97,6 @@ class Env:
     kwargs: dict = setting({}, "the environment's own keyword arguments")
     vector_mode: Literal["inline", "threads", "processes"] = setting(
         "inline", "how the rollout threads' environments step: in this process, threads or processes")
-
-
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-    """How actions are decoded (`config.sampling`; `poad_jax.sampling.SamplingConfig`'s own defaults equal these)."""
-
-    temperature: float = setting(1.0, "the optimised policy's sampling temperature",
-                                 above(0, "training samples its actions; 0 would be greedy"))
-    top_k: int = setting(0, "sample among the k likeliest tokens", at_least(0, "0 turns top-k off"))
-    top_p: float = setting(1.0, "sample within the smallest set of this probability",
-                           within(0, 1, open_low=True, why="1 turns top-p off"))
-    max_new_tokens: int = setting(128, "an action's token limit",
-                                  at_least(1, "an action needs at least one token"))
-    share_prompts: bool = setting(False, "free-form sampling: a prompt several rows share is run into the KV cache "
-                                  "once (one device; the same draws, the prefill's rows to float rounding)")
-
-
-@dataclasses.dataclass(frozen=True)
-class PPO:
-    """The learner's hyper-parameters (`config.ppo`; `learner.LearnerConfig` carries them by name)."""
-
-    gamma: float = setting(0.95, "the discount per env step", within(0, 1, open_low=True))
-    lam: float = setting(0.95, "GAE's lambda", within(0, 1))
-    clip_eps: float = setting(0.2, "PPO's ratio clip", above(0, "PPO's ratio clip; 0 would stop all learning"))
-    value_clip_eps: float = setting(0.2, "the value loss's clip around the old values", above(0))
-    vf_coef: float = setting(0.5, "the value loss's coefficient", at_least(0))
-    ent_coef: float = setting(0.01, "the entropy bonus's coefficient",
-                              at_least(0, "a negative coefficient would reward collapsing the policy"))
-    max_grad_norm: float = setting(0.5, "gradients are clipped to this global norm", above(0))
-    target_kl: float = setting(0.02, "a minibatch whose approximate KL exceeds it is skipped", above(0))
-    epochs: int = setting(1, "passes over the rollout per update", at_least(1, "0 epochs would train nothing"))
-    num_minibatches: int = setting(4, "minibatches per epoch", at_least(1))
-    accumulation_steps: int = setting(1, "micro-batches per minibatch (bounds activation memory)", at_least(1))
-    actor_lr: float = setting(1e-6, "the actor's Adam learning rate", at_least(0, _RATE_WHY))
-    critic_lr: float = setting(5e-5, "the critic's Adam learning rate", at_least(0, _RATE_WHY))
-    adam_eps: float = setting(1e-5, "Adam's epsilon", above(0))
-    normalize_advantages: bool = setting(True, "normalise advantages over each minibatch")
-    # The authors' semantics where they differ from ours (docs/adrl_parity.md):
-    kl_skip: KlSkip = setting(
-        "update", "what a minibatch over the KL threshold skips: actor and critic (ours), or the actor "
-        "(the authors' code: the critic has already stepped)")
-    advantage_normalization: AdvantageNormalization = setting(
-        "valid", "mean/std over the minibatch's valid elements (ours), or as the authors' code "
-        "(token level: the non-zero advantages; action level: each loss chunk's, unbiased std)")
-    loss_chunks: int = setting(
-        1, "the policy loss, entropy and approximate KL as the mean of this many equal row chunks' "
-        "token means (the authors' gradient_cp_steps)", at_least(1, "1: one token mean over the minibatch"))
-    lambda_scope: LambdaScope = setting(
-        "token", "token-level methods: lambda at every token, or where gamma applies (an action's last "
-        "token; 1 inside an action: POAD's first-token advantage is action-level GAE, docs/backups.md)")
-    entropy_scope: EntropyScope = setting(
-        "policy", "the entropy bonus of the distribution the log-probs are taken under, or over the "
-        "offered continuations (the trie's renormalised next-token distribution)")
-    behaviour_correction: BehaviourCorrection = setting(
-        "none", "PPO's ratio as usual, or restricted actions optimise the trie policy and each token's "
-        "clipped surrogate is weighted by min(importance_weight_clip, pi_old / mu) (docs/results/virtualhome_options.md, study B)")
-    importance_weight_clip: float = setting(1.0, "the largest weight a token's surrogate gets",
-                                            above(0, "the largest weight a token's surrogate gets"))
-    ref_kl_coef: float = setting(
-        0.0, "grpo/gigpo: the coefficient of a per-token KL penalty to the frozen base model (the k3 "
-        "estimator, clipped to [-10, 10]; verl-agent's examples use 0.01); 0: off",
-        at_least(0, "0 turns the penalty off"))
-
-
-@dataclasses.dataclass(frozen=True)
-class Group:
-    """GRPO and GiGPO's groups and normalisation (`config.group`; `core/group_advantages.py`)."""
-
-    size: int = setting(0, "trajectories per episode group, started from one reset seed; 0: all num_threads",
-                        at_least(0, "0 puts all the update's threads in one group"))
-    mode: GroupNormalisation = setting(
-        "mean_std_norm", "mean_std_norm: (x - mean) / (std + epsilon) within a group; mean_norm: x - mean")
-    epsilon: float = setting(1e-6, "added to a group's std", above(0))
-    omega: float = setting(1.0, "gigpo: the weight of the step-level (anchor state) advantage", at_least(0))
-    similarity: float = setting(
-        1.0, "gigpo: observations whose difflib ratio reaches it share an anchor state; 1: identical text only",
-        within(0, 1, open_low=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,38 +171,18 @@ class Run:
         "machine multiplies bfloat16 natively), or auto (bfloat16 where it does, `run/hardware.py`)")
     remat: str = setting("full", "what the layer scan keeps for backward: full | dots | none",
                          OneOf(_remat_policies))
-    behaviour_logprobs: Literal["recompute", "sampler", "auto"] = setting(
-        "recompute", "PPO's old log-probs: the learner's own forward (first ratio exactly 1), the sampler's "
-        "(one forward fewer; 1 up to the decode's rounding), or auto (the sampler's where float32 makes them "
-        "the learner's, `run/hardware.py`)")
     lora: Lora = section(Lora, "the actor's adapters")
     env: Env = section(Env, "the environment")
-    num_threads: int = setting(4, "parallel rollout threads (environments)", at_least(1))
-    rollout_length: int = setting(32, "env steps per thread per update", at_least(1))
+    rollout: RolloutConfig = inline(RolloutConfig, "how rollouts are collected (agent/rollout_config.py)")
     total_env_steps: int = setting(6_000, "env steps the run trains for", at_least(1))
-    prompt_format: Literal["chat", "raw"] = setting("raw", "the tokenizer's chat template, or the raw text")
-    system_prompt: str = setting("", "the chat template's system message")
-    max_prompt_tokens: int = setting(1024, "a prompt keeps its last this many tokens", at_least(1))
     prompt_bucket_step: int = setting(
         layout.PROMPT_BUCKET_STEP, "prompts pad to the next multiple of it up to 256, then to a coarse ladder "
         "(core/layout.py); 0: the powers of two 32 to 256",
         Check(layout.is_prompt_bucket_step, f"0 or a divisor of {layout.FINE_PROMPT_LIMIT}",
               "prompts pad to a multiple of it; 0: powers of two"))
-    restricted_sampling: Literal["trie", "action_scores"] = setting(
-        "trie", "restricted actions: decoded through the trie of valid actions, or drawn from the "
-        "action scores' softmax (the paper code's way)")
-    trie_explore_temperature: float = setting(
-        0.0, "> 0: trie sampling draws at this temperature while the optimised policy stays at "
-        "sampling.temperature (needs ppo.behaviour_correction='importance'); 0: off",
-        at_least(0, "0 turns exploration off"))
-    twosome_normalization: Literal["token", "word"] = setting(
-        "token", "an action's score: its log-prob per token or per word")
-    discounted_return_gamma: float = setting(
-        0.95, "the `discounted_return` metric's discount per env step (the paper's Appendix H: 0.95)",
-        within(0, 1, open_low=True))
-    sampling: Sampling = section(Sampling, "how actions are decoded")
-    ppo: PPO = section(PPO, "the learner's hyper-parameters")
-    group: Group = section(Group, "grpo and gigpo's groups")
+    sampling: SamplingConfig = section(SamplingConfig, "how actions are decoded (sampling/config.py)")
+    ppo: LearnerConfig = section(LearnerConfig, "the learner's hyper-parameters (agent/learner_config.py)")
+    group: GroupConfig = section(GroupConfig, "grpo and gigpo's groups (core/group_advantages.py)")
     critic: Critic = section(Critic, "the critic")
     mesh: Mesh = section(Mesh, "the devices")
     distributed: Distributed = section(Distributed, "several processes")
@@ -291,6 +198,22 @@ class Run:
     plot: bool = setting(True, "plot the learning curves at the end")
     log_actions: bool = setting(
         False, "write every env step's action text, reward and env info to actions.jsonl (e.g. the programs)")
+
+
+def as_config_dict(cls: type) -> ml_collections.ConfigDict:
+    """The ConfigDict of `cls`'s declared defaults, in declaration order: sub-sections as sub-trees,
+    an inline class's settings at this level; derived fields are not settings and are left out."""
+    config = ml_collections.ConfigDict()
+    for field in dataclasses.fields(cls):
+        if SECTION in field.metadata:
+            config[field.name] = as_config_dict(field.metadata[SECTION])
+        elif INLINE in field.metadata:
+            for key, value in as_config_dict(field.metadata[INLINE]).items():
+                config[key] = value
+        elif is_setting(field):
+            value = default_of(field)
+            config[field.name] = ml_collections.ConfigDict(value) if isinstance(value, dict) else value
+    return config
 
 
 def default_config() -> ml_collections.ConfigDict:

@@ -243,10 +243,11 @@ def cell_environment() -> tuple[pathlib.Path, dict[str, str]]:
     return caller, dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)))
 
 
-def staged(cell: Cell, config: ml_collections.ConfigDict, up_to: int) -> Cell:
-    """The cell trained only up to `up_to` env steps (at most its own total): a first pass."""
+def staged(cell: Cell, run: config_lib.Run, up_to: int) -> Cell:
+    """The cell (`run`: its config typed, `config_lib.typed`) trained only up to `up_to` env steps (at
+    most its own total): a first pass."""
     return dataclasses.replace(cell, overrides={**cell.overrides,
-                                                "total_env_steps": min(int(config.total_env_steps), up_to)})
+                                                "total_env_steps": min(run.total_env_steps, up_to)})
 
 
 def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool = True,
@@ -268,7 +269,7 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
     cells = grid(study)
     configs = {cell.name: cell_config(study, cell) for cell in cells}  # validates every cell first
     if up_to is not None:
-        cells = [staged(cell, configs[cell.name], up_to) for cell in cells]
+        cells = [staged(cell, config_lib.typed(configs[cell.name]), up_to) for cell in cells]
         configs = {cell.name: cell_config(study, cell) for cell in cells}
         reuse = False
     to_run = cells
@@ -358,7 +359,7 @@ class CellRunner:
                  workers: int, log) -> None:
         self.study, self.workdir, self.cells, self.configs = study, workdir, cells, configs
         self.workers, self.log = workers, log
-        self.totals = {name: int(config.total_env_steps) for name, config in configs.items()}
+        self.totals = {name: config_lib.typed(config).total_env_steps for name, config in configs.items()}
         self.pending: list[Cell] = []
         self.running: dict[str, _Trainer] = {}
         self.status: dict[str, str] = {}
