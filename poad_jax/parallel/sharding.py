@@ -112,8 +112,8 @@ def sample_rules() -> tuple[tuple[str, P], ...]:
 
 
 def mesh_shape(block: Any, num_devices: int) -> tuple[int, int, int]:
-    """`(data, fsdp, tensor)` of a mesh block (ConfigDict, dict or object with
-    those fields), with a -1 axis resolved against `num_devices`."""
+    """`(data, fsdp, tensor)` of a mesh block (the run's typed `mesh` section, a dict or any
+    object with those fields), with a -1 axis resolved against `num_devices`."""
     get = block.get if isinstance(block, dict) or hasattr(block, "get") else lambda k, d: getattr(block, k, d)
     sizes = [int(get(axis, 1)) for axis in MESH_AXES]
     if any(size == 0 or size < -1 for size in sizes):

@@ -259,7 +259,7 @@ def placement_of(config: ml_collections.ConfigDict) -> Placement:
     count, index = jax.process_count(), jax.process_index()
     num_threads = config_lib.typed(config).rollout.num_threads
     try:
-        mesh = parallel.mesh_from_config(config.mesh)
+        mesh = parallel.mesh_from_config(config_lib.typed(config).mesh)
         if count > 1:
             hosts.thread_share(num_threads, 0, count)
             hosts.check_mesh(mesh)
