@@ -20,6 +20,7 @@ from poad_jax import declare
 from poad_jax.agent.learner import LearnerConfig
 from poad_jax.agent.rollout import RolloutConfig
 from poad_jax.core.group_advantages import GroupConfig
+from poad_jax.models.config import LoraConfig
 from poad_jax.run import config as config_lib
 from poad_jax.run.config import boundary, settings
 from poad_jax.sampling import SamplingConfig
@@ -121,9 +122,10 @@ def test_the_generated_defaults_are_the_ones_before_the_declarations():
 
 
 @pytest.mark.parametrize("section, declaring", [
-    ("ppo", LearnerConfig), ("sampling", SamplingConfig), ("group", GroupConfig), ("", RolloutConfig)])
+    ("ppo", LearnerConfig), ("sampling", SamplingConfig), ("group", GroupConfig), ("lora", LoraConfig),
+    ("", RolloutConfig)])
 def test_each_layer_declares_the_settings_it_reads_and_the_config_composes_them(section, declaring):
-    """The learner, the sampler, the group methods and the rollouts each run on the class that declares
+    """The learner, the sampler, the group methods, the adapters and the rollouts each run on the class that declares
     their settings; the command-line config has its settings where the run's tree places it (a section,
     or the top level for the inline rollouts), and `typed` gives back that same class."""
     placed = {leaf.dotted: leaf.owner for leaf in declare.declared_leaves(settings.Run)}

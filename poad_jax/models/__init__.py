@@ -3,12 +3,25 @@
 `load(name_or_path)` returns `(Llama, Tokenizer)`; see docs/models.md.
 """
 
-from poad_jax.models.errors import ModelLoadError
-from poad_jax.models.config import LlamaConfig, LoraConfig
-from poad_jax.models.decode import KVCache, init_cache
-from poad_jax.models.llama import Llama, ModelOutput
-from poad_jax.models.loading import load
-from poad_jax.models.tokenizer import Tokenizer
+import importlib
+
+_HOMES = {
+    "ModelLoadError": "poad_jax.models.errors", "LlamaConfig": "poad_jax.models.config",
+    "LoraConfig": "poad_jax.models.config", "KVCache": "poad_jax.models.decode", "init_cache": "poad_jax.models.decode",
+    "Llama": "poad_jax.models.llama", "ModelOutput": "poad_jax.models.llama", "load": "poad_jax.models.loading",
+    "Tokenizer": "poad_jax.models.tokenizer",
+}
+
+
+def __getattr__(name: str):
+    """The package's names, each imported from its module when first used (PEP 562): `models.config`
+    loads without JAX."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "KVCache",

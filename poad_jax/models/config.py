@@ -1,10 +1,13 @@
 """Architecture and LoRA hyper-parameters of a LLaMA-family model, and their
-Hugging Face `config.json` form (`LlamaConfig.from_hf`, `to_hf`)."""
+Hugging Face `config.json` form (`LlamaConfig.from_hf`, `to_hf`).  No JAX: `LoraConfig` is the
+training config's `lora` section, and a config file loads without JAX."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from poad_jax.declare import OneOf, above, at_least, hold_to_declarations, setting
 
 # Rematerialisation of the scanned decoder layer under differentiation:
 #   none  save every residual of all layers for the backward pass;
@@ -116,18 +119,16 @@ class LlamaConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LoraConfig:
-    """LoRA placement: rank r, alpha (update scaled by alpha / r), targets."""
+    """LoRA placement (`config.lora`, declared here once, `poad_jax.declare`): rank r, alpha (the
+    update scaled by alpha / r), targets."""
 
-    rank: int = 8
-    alpha: float = 16.0
-    targets: tuple[str, ...] = ("q_proj", "v_proj")
+    rank: int = setting(8, "the adapters' rank r", at_least(1, "the adapter is what training changes"))
+    alpha: float = setting(16.0, "LoRA's scale: the update is alpha / rank x B A", above(0))
+    targets: tuple[str, ...] = setting(("q_proj", "v_proj"), "the projections that carry adapters",
+                                       OneOf(lambda: LORA_TARGETS, many=True))
 
     def __post_init__(self):
-        unknown = set(self.targets) - set(LORA_TARGETS)
-        if unknown:
-            raise ValueError(f"unknown LoRA targets {sorted(unknown)}; choose from {LORA_TARGETS}")
-        if self.rank < 1:
-            raise ValueError(f"LoRA rank must be >= 1, got {self.rank}")
+        hold_to_declarations(self)
 
     @property
     def scale(self) -> float:

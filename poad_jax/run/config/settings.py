@@ -4,15 +4,15 @@ Each setting is declared once, beside the code that reads it, in the object
 that code runs on (`poad_jax/declare.py` says how): `config.ppo` is
 `agent.learner_config.LearnerConfig`, `config.sampling`
 `sampling.config.SamplingConfig`, `config.group`
-`core.group_advantages.GroupConfig`, and the rollouts' top-level fields
+`core.group_advantages.GroupConfig`, `config.lora` `models.config.LoraConfig`, and the rollouts' top-level fields
 `agent.rollout_config.RolloutConfig` (spliced in with `inline`).  The settings
 only the run reads are declared here (`Run`'s own fields and the sections
-`Lora`, `Env`, `Critic`, `Mesh`, `Distributed`).  `default_config()`, the
+`Env`, `Critic`, `Mesh`, `Distributed`).  `default_config()`, the
 checks `validate` runs and `typed(config)` are derived from this tree.  A mode
 string is a `Literal[...]` type: its values are its check.
 
 The defaults are the paper's (its tables, docs/adrl_parity.md): LoRA r 8 α 16
-on q and v here, the PPO constants in `LearnerConfig`.  γ, learning rates, threads x
+on q and v in `LoraConfig`, the PPO constants in `LearnerConfig`.  γ, learning rates, threads x
 steps and env steps are the paper's VirtualHome row (γ 0.95, actor lr 1e-6,
 critic lr 5e-5, 4 x 32, 6k env steps), which DataSciCoding shares except for
 its 8 steps; Overcooked's γ 0.99 and rates 5e-7 / 1e-5 are set in
@@ -36,6 +36,7 @@ from poad_jax.core import layout  # NumPy only
 from poad_jax.core.group_advantages import GroupConfig
 from poad_jax.declare import (INLINE, SECTION, Check, OneOf, above, at_least, default_of, inline, is_setting,
                               section, setting, within)
+from poad_jax.models.config import LoraConfig
 from poad_jax.sampling.config import SamplingConfig
 
 # The dtypes a config may name (`poad_jax.run.build.jax_dtype` turns a name into JAX's).
@@ -60,12 +61,6 @@ def _remat_policies() -> tuple[str, ...]:
     return tuple(REMAT_POLICIES)
 
 
-def _lora_targets() -> tuple[str, ...]:
-    from poad_jax.models.config import LORA_TARGETS
-
-    return tuple(LORA_TARGETS)
-
-
 def _environments() -> tuple[str, ...]:
     import envs_py
 
@@ -76,16 +71,6 @@ def _is_address(value: str) -> bool:
     """host:port with a port number (the host may be a name, IPv4 or [IPv6])."""
     host, _, port = value.rpartition(":")
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
-
-
-@dataclasses.dataclass(frozen=True)
-class Lora:
-    """The actor's adapters (`config.lora`)."""
-
-    rank: int = setting(8, "the adapters' rank r", at_least(1, "the adapter is what training changes"))
-    alpha: float = setting(16.0, "LoRA's scale: the update is alpha / rank x B A", above(0))
-    targets: tuple[str, ...] = setting(("q_proj", "v_proj"), "the projections that carry adapters",
-                                       OneOf(_lora_targets, many=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +156,7 @@ class Run:
         "machine multiplies bfloat16 natively), or auto (bfloat16 where it does, `run/hardware.py`)")
     remat: str = setting("full", "what the layer scan keeps for backward: full | dots | none",
                          OneOf(_remat_policies))
-    lora: Lora = section(Lora, "the actor's adapters")
+    lora: LoraConfig = section(LoraConfig, "the actor's adapters (models/config.py)")
     env: Env = section(Env, "the environment")
     rollout: RolloutConfig = inline(RolloutConfig, "how rollouts are collected (agent/rollout_config.py)")
     total_env_steps: int = setting(6_000, "env steps the run trains for", at_least(1))
