@@ -33,8 +33,8 @@ ENV_SEED_STRIDE = 1_000_000
 
 
 def initialize(block: Any) -> bool:
-    """Joins the run's processes per the config's `distributed` block; True if
-    this is a multi-process run.
+    """Joins the run's processes per the run's typed `distributed` section (`run.config.typed`); True
+    if this is a multi-process run.
 
     `coordinator`: "" (one process: nothing is called), "host:port" (process
     0's address; `num_processes` and `process_id` say who this is), or
@@ -43,7 +43,7 @@ def initialize(block: Any) -> bool:
     `JAX_COORDINATOR_ADDRESS` itself).  Must run before JAX touches a device.
     Calling it again in a process that already joined is a no-op.
     """
-    coordinator = str(block.coordinator)
+    coordinator = block.coordinator
     if not coordinator:
         return False
     if jax.distributed.is_initialized():
@@ -51,8 +51,7 @@ def initialize(block: Any) -> bool:
     if coordinator == "auto":
         jax.distributed.initialize()
     else:
-        jax.distributed.initialize(coordinator, num_processes=int(block.num_processes),
-                                   process_id=int(block.process_id))
+        jax.distributed.initialize(coordinator, num_processes=block.num_processes, process_id=block.process_id)
     return True
 
 

@@ -274,7 +274,7 @@ def join_processes(config: ml_collections.ConfigDict) -> None:
     """Joins a multi-process run (`config.distributed`; nothing for one
     process); TrainError (one line) when it cannot."""
     try:
-        hosts.initialize(config.distributed)
+        hosts.initialize(typed(config).distributed)
     except Exception as error:  # unreachable coordinator, JAX already started, no cluster detected, ...
         where = config.distributed.coordinator
         raise TrainError(f"cannot join the run's processes (distributed.coordinator {where!r}): "
