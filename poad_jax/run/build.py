@@ -257,9 +257,10 @@ def placement_of(config: ml_collections.ConfigDict) -> Placement:
     (one line) if the devices do not fit it, or, over several processes, if the threads or the
     mesh do not split evenly between them.  Call after the processes have joined."""
     count, index = jax.process_count(), jax.process_index()
-    num_threads = config_lib.typed(config).rollout.num_threads
+    run = config_lib.typed(config)
+    num_threads = run.rollout.num_threads
     try:
-        mesh = parallel.mesh_from_config(config_lib.typed(config).mesh)
+        mesh = parallel.mesh_from_config(run.mesh)
         if count > 1:
             hosts.thread_share(num_threads, 0, count)
             hosts.check_mesh(mesh)
