@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import math
 import os
 import pathlib
 import re
@@ -534,6 +535,102 @@ def test_the_step_outcome_table_weights_rewards_by_succeeded_step(tmp_path):
     assert report.step_outcome_table(plain, workdir) == []
     report.write_report(plain, workdir)
     assert not (workdir / "steps.png").exists() and "steps.png" not in (workdir / "report.md").read_text()
+
+
+def test_the_final_step_count_table_pools_succeeded_env_steps_with_wilson_intervals(tmp_path):
+    """Report option `steps`: per group, the succeeded env steps in the last `final_fraction` of its finished
+    cells' env steps, pooled over seeds, against sums by hand and `wilson_interval`; updates of unequal
+    env steps count by their steps; a running cell and a study without `steps` give no row or table."""
+    study = spec.load_study(write_study(
+        tmp_path, updates=4, seeds=(0, 1), extra_report=', "final_fraction": 0.5, '
+        '"steps": {"succeeded": "runnable", "reward": "AUC"}'))
+    workdir = tmp_path / "runs"
+    rng = np.random.default_rng(4)
+
+    def records(steps, succeeded):
+        return [{"update": u, "env_steps": int(t), "episodes": u, "episode_return": 0.0, "success_rate": 0.0,
+                 "steps_succeeded": int(k), "success_reward_mean": 0.8 if k else None}
+                for u, (t, k) in enumerate(zip(np.cumsum(steps), succeeded), start=1)]
+
+    poad0 = (rng.integers(10, 20, size=4), rng.integers(0, 10, size=4))
+    poad1 = ([16, 16, 16, 16], [1, 2, 3, 4])
+    for name, (steps, succeeded) in {"POAD__seed=0": poad0, "POAD__seed=1": poad1}.items():
+        _fake_cell(workdir, name, records(steps, succeeded), "done")
+    _fake_cell(workdir, "NTPO__seed=0", records([16, 16], [5, 5]), "running")
+    total = np.cumsum(poad0[0])
+    last = total > 0.5 * total[-1]
+    by_hand = (int(poad0[1][last].sum()), int((poad0[0] * last).sum()))
+    assert report.step_successes(records(*poad0), 0.5) == by_hand
+    assert report.step_successes(records(*poad1), 0.5) == (7, 32)
+    assert report.step_successes([], 0.5) == (0, 0)
+    report.write_report(study, workdir)
+    text = (workdir / "report.md").read_text()
+    section = text.split("Runnable env steps in the last 50% of env steps")[1]
+    rows = [c for c in ([x.strip() for x in line.strip("|").split("|")] for line in section.splitlines())
+            if len(c) == 7 and c[0] in ("POAD", "NTPO")]
+    k, n = by_hand[0] + 7, by_hand[1] + 32
+    low, high = report.wilson_interval(k, n)
+    assert rows[0] == ["POAD", "2", str(n), str(k), f"0: {by_hand[0]}, 1: 7", f"{k / n:.3f}",
+                       f"{low:.3f}-{high:.3f}"]
+    assert len(rows) == 1 and "| group | finished cells | env steps | runnable | runnable per seed |" in section
+    (tmp_path / "plain").mkdir()
+    plain = spec.load_study(write_study(tmp_path / "plain", updates=4, seeds=(0, 1)))
+    assert report.final_step_count_table(plain, workdir) == []
+
+
+def _student_t_two_sided_p(t: float, df: float) -> float:
+    """2 P(T_df > |t|) by the trapezoid rule over Student's t density (NumPy alone, no SciPy)."""
+    x = np.linspace(abs(t), abs(t) + 2000.0, 2_000_001)
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    density = np.exp(log_c - (df + 1) / 2 * np.log1p(x ** 2 / df))
+    return float(2 * np.sum((density[1:] + density[:-1]) / 2 * np.diff(x)))
+
+
+def test_welch_test_against_its_formula_and_a_numeric_t_tail():
+    """t and the Welch-Satterthwaite df against the formula written out in NumPy; p against the t density
+    integrated numerically; too few values or no spread give NaN; NaN values are dropped."""
+    rng = np.random.default_rng(5)
+    for n_a, n_b in ((5, 5), (2, 7), (4, 3)):
+        a, b = rng.normal(0.3, 0.2, n_a), rng.normal(0.0, 0.5, n_b)
+        va, vb = np.var(a, ddof=1) / n_a, np.var(b, ddof=1) / n_b
+        t, df, p = report.welch_test(list(a), list(b) + [math.nan])
+        np.testing.assert_allclose(t, (a.mean() - b.mean()) / np.sqrt(va + vb), rtol=1e-12)
+        np.testing.assert_allclose(df, (va + vb) ** 2 / (va ** 2 / (n_a - 1) + vb ** 2 / (n_b - 1)), rtol=1e-12)
+        np.testing.assert_allclose(p, _student_t_two_sided_p(t, df), atol=2e-5)
+    assert all(math.isnan(x) for x in report.welch_test([1.0], [0.0, 2.0]))
+    assert all(math.isnan(x) for x in report.welch_test([1.0, 1.0], [2.0, 2.0]))
+
+
+def test_the_pairs_table_tests_the_groups_it_names(tmp_path):
+    """Report option `pairs`: one row per named pair with the difference of the seed means, the larger
+    seed std and Welch's test on the finished cells' final values; an unnamed or malformed pair is a
+    one-line StudyError."""
+    study = spec.load_study(write_study(tmp_path, updates=2, seeds=(0, 1, 2), methods=("poad", "ntpo", "twosome"),
+                                        extra_report=', "final_fraction": 0.5, "pairs": [("POAD", "NTPO")]'))
+    workdir = tmp_path / "runs"
+    finals = {"POAD": [0.9, 0.7, 0.8], "NTPO": [0.1, 0.4, 0.2]}
+    for label, values in finals.items():
+        for seed, value in enumerate(values):
+            _fake_cell(workdir, f"{label}__seed={seed}",
+                       [{"update": 1, "env_steps": 16, "episodes": 1, "episode_return": -5.0, "success_rate": 0.0},
+                        {"update": 2, "env_steps": 32, "episodes": 2, "episode_return": value,
+                         "success_rate": 0.0}], "done")
+    report.write_report(study, workdir)
+    text = (workdir / "report.md").read_text()
+    rows = [[x.strip() for x in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| POAD - NTPO |")]
+    t, df, p = report.welch_test(finals["POAD"], finals["NTPO"])
+    std = max(np.std(finals["POAD"], ddof=1), np.std(finals["NTPO"], ddof=1))
+    assert rows == [["POAD - NTPO", "3, 3", f"{0.8 - 0.7 / 3:.3f}", f"{std:.3f}", f"{t:.3f}", f"{df:.1f}",
+                     f"{p:.3f}"]]
+    assert "TWOSOME - " not in text and "Pairs of groups (final episode_return per seed" in text
+    for bad, words in (('[("POAD", "A2C")]', "pairs names no group ['A2C']"),
+                       ('[("POAD", "POAD")]', "report option pairs must be a list of"),
+                       ('"POAD"', "report option pairs must be a list of")):
+        (tmp_path / "bad").mkdir(exist_ok=True)
+        path = write_study(tmp_path / "bad", extra_report=f', "pairs": {bad}')
+        with pytest.raises(spec.StudyError, match=re.escape(words)):
+            spec.load_study(path)
 
 
 def test_cut_off_count_only_when_every_update_logged_it():

@@ -24,6 +24,7 @@ dotted paths, which ConfigDict keys cannot hold):
             "steps": {"succeeded": "runnable", "reward": "AUC"},  # a table of succeeded steps per cell
             "best_programs": {"rescore": True, "reference": {"paper": 0.9651}},  # DataSciCoding's best programs
             "success_speed": {"rate": 0.5, "episodes": 16},  # env steps to the first success and to 0.5
+            "pairs": [("POAD", "NTPO 0.9")],  # Welch's t-test on two groups' final values per seed
             "reference": {"label": "paper", "values": {"POAD, 8": (3.8, 4.0)}}},  # published values by group
 
 Each report option's type, default, meaning and check is one field of `spec.ReportOptions`; an unknown

@@ -86,6 +86,7 @@ class GroupResult:
     theory: float | None
     curves: list[tuple[np.ndarray, np.ndarray]]
     success_curves: list[tuple[np.ndarray, np.ndarray]]
+    finals: list[float] = dataclasses.field(default_factory=list)  # the final metric per seed, in `seeds`' order
 
 
 def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
@@ -118,9 +119,48 @@ def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
             label=", ".join(label for _, label in group), group=group, seeds=seeds,
             final_return=mean_std(finals), final_success=mean_std(successes),
             final_discounted=mean_std(discounted), threshold_steps=reach, theory=predicted, curves=curves,
-            success_curves=success_curves,
+            success_curves=success_curves, finals=finals,
         ))
     return results
+
+
+def welch_test(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """Welch's t-test of two samples' means (unequal variances): (t, df, two-sided p),
+
+        t = (mean_a - mean_b) / sqrt(v_a + v_b),   v_x = s_x^2 / n_x   (s_x: sample std, ddof 1)
+        df = (v_a + v_b)^2 / (v_a^2 / (n_a - 1) + v_b^2 / (n_b - 1))   (Welch-Satterthwaite)
+        p = 2 * P(T_df > |t|)
+
+    NaN values are dropped; all three are NaN when either sample has fewer than two values or both
+    have no spread."""
+    x, y = (np.array([v for v in sample if not math.isnan(v)], float) for sample in (a, b))
+    if len(x) < 2 or len(y) < 2:
+        return math.nan, math.nan, math.nan
+    va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    if va + vb == 0:
+        return math.nan, math.nan, math.nan
+    t = float((x.mean() - y.mean()) / math.sqrt(va + vb))
+    df = float((va + vb) ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1)))
+    from scipy import stats  # noqa: PLC0415  (scikit-learn's dependency; only a report with pairs needs it)
+    return t, df, float(2 * stats.t.sf(abs(t), df))
+
+
+def pairs_table(results: list[GroupResult], pairs: tuple[tuple[str, str], ...], metric: str) -> list[str]:
+    """Markdown lines, one row per pair of groups (report option `pairs`): the difference of their final
+    `metric`'s means over seeds, the larger of the two seed stds, and Welch's t-test (`welch_test`) on
+    the per-seed values of their finished cells; [] when no pair is asked for."""
+    if not pairs:
+        return []
+    by_label = {r.label: r for r in results}
+    lines = [f"Pairs of groups (final {metric} per seed of the finished cells; Welch's t-test, two-sided):", "",
+             "| pair | seeds | difference of means | larger seed std | t | df | p |", "|" + "---|" * 7]
+    for a, b in pairs:
+        first, second = by_label[a], by_label[b]
+        (mean_a, std_a, n_a), (mean_b, std_b, n_b) = mean_std(first.finals), mean_std(second.finals)
+        t, df, p = welch_test(first.finals, second.finals)
+        lines.append(f"| {a} - {b} | {n_a}, {n_b} | {_number(mean_a - mean_b)} | {_number(max(std_a, std_b))} | "
+                     f"{_number(t)} | {'-' if math.isnan(df) else f'{df:.1f}'} | {_number(p)} |")
+    return lines
 
 
 FIGURES = ("return", "success", "heatmap", "steps", "dynamics")
@@ -245,6 +285,44 @@ def step_outcome_table(study: Study, workdir: pathlib.Path) -> list[str]:
     return lines
 
 
+def step_successes(records: list[dict[str, Any]], fraction: float) -> tuple[int, int]:
+    """Succeeded and taken env steps of a run's updates in the last `fraction` of its env steps:
+
+        k = sum_{u in U} k_u,   n = sum_{u in U} (T_u - T_{u-1})   (T_0 = 0)
+
+    with k_u = steps_succeeded_u (e.g. programs that ran), T_u the env steps after update u, and
+    U = { u : T_u > (1 - fraction) * T_last }, as `final_value` takes them."""
+    taken = [float(r.get("env_steps") or 0) for r in records]
+    if not taken:
+        return 0, 0
+    since = (1.0 - fraction) * taken[-1]
+    k = n = 0
+    for before, after, record in zip([0.0, *taken[:-1]], taken, records):
+        if after > since:
+            k += int(record.get("steps_succeeded") or 0)
+            n += int(after - before)
+    return k, n
+
+
+def final_step_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
+    """Markdown lines (report option `steps`): per group, the succeeded env steps of its finished cells in
+    the last `final_fraction` of their env steps (`step_successes`), pooled over seeds, with Wilson's 95 %
+    interval: per env step, so that methods whose episodes differ in length compare alike.  [] when the
+    study does not ask for it or before a finished cell."""
+    names = study.report_options.steps
+    if names is None:
+        return []
+    fraction = study.report_options.final_fraction
+    groups: dict[tuple, list[tuple[int, int, int]]] = {}  # group -> [(seed, succeeded, env steps)]
+    for cell in seed_major(grid(study), study.seeds):
+        cell_dir = workdir / "cells" / cell.name
+        if cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps)):
+            groups.setdefault(cell.group, []).append((cell.seed, *step_successes(read_records(cell_dir), fraction)))
+    return _pooled_success_table(f"{names.succeeded.capitalize()} env steps in the last {fraction:.0%} of env steps, "
+                                 "per group, pooled over its finished cells (interval: Wilson's 95 %):",
+                                 "finished cells", groups, counted="env steps", succeeded=names.succeeded)
+
+
 def episode_successes(records: list[dict[str, Any]], fraction: float | None = None) -> tuple[int, int]:
     """Successful and counted episodes of a run, from its per-update success rates:
 
@@ -262,13 +340,14 @@ def episode_successes(records: list[dict[str, Any]], fraction: float | None = No
     return sum(won for _, _, won in updates), sum(ended for _, ended, _ in updates)
 
 
-def _pooled_success_table(title: str, cells_column: str,
-                          groups: dict[tuple, list[tuple[int, int, int]]]) -> list[str]:
-    """A titled table, one row per group from its cells' (seed, successes, episodes): the pooled k / n and
-    Wilson's 95 %; [] when no cell has counted an episode."""
+def _pooled_success_table(title: str, cells_column: str, groups: dict[tuple, list[tuple[int, int, int]]],
+                          counted: str = "episodes", succeeded: str = "successful") -> list[str]:
+    """A titled table, one row per group from its cells' (seed, successes, counted): the pooled k / n and
+    Wilson's 95 %; [] when no cell has counted anything (the columns name what is counted: episodes, or
+    env steps and e.g. the runnable ones)."""
     if not any(n for counts in groups.values() for _, _, n in counts):
         return []
-    lines = [title, "", f"| group | {cells_column} | episodes | successful | successful per seed | rate | "
+    lines = [title, "", f"| group | {cells_column} | {counted} | {succeeded} | {succeeded} per seed | rate | "
              "95 % interval |", "|" + "---|" * 7]
     for group, counts in groups.items():
         k, n = sum(c[1] for c in counts), sum(c[2] for c in counts)
@@ -580,8 +659,10 @@ def build_report(study: Study, workdir: pathlib.Path, out: pathlib.Path) -> Repo
         groups.append("| " + " | ".join(row) + " |")
     sections = [["Per cell (finished and running; the group rows above count finished cells only; time in "
                  "updates excludes start-up and compilation):", "", *per_cell]]
-    for table in (success_count_table(study, workdir), final_success_count_table(study, workdir),
-                  success_speed_table(study, workdir), step_outcome_table(study, workdir)):
+    for table in (pairs_table(results, options.pairs, metric), success_count_table(study, workdir),
+                  final_success_count_table(study, workdir),
+                  success_speed_table(study, workdir), step_outcome_table(study, workdir),
+                  final_step_count_table(study, workdir)):
         if table:
             sections.append(table)
     dynamics = dynamics_table(study, workdir)

@@ -410,6 +410,22 @@ def _success_speed(value: Any, where: _Where) -> SuccessSpeed | None:
     return SuccessSpeed(float(rate), episodes)
 
 
+def _pairs(value: Any, where: _Where) -> tuple[tuple[str, str], ...]:
+    """Pairs of two distinct group labels of the study, or () for a false value."""
+    if not value:
+        return ()
+    usage = 'a list of (group label, group label) pairs, e.g. [("POAD", "NTPO")]'
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
+            and pair[0] != pair[1] for pair in value):
+        raise _refuse(where, "pairs", usage, value)
+    unknown = sorted({label for pair in value for label in pair} - set(where.groups))
+    if unknown:
+        raise StudyError(f"study {where.study!r}: report option pairs names no group {unknown}; its groups: "
+                         + ", ".join(sorted(where.groups)))
+    return tuple((a, b) for a, b in value)
+
+
 @dataclasses.dataclass(frozen=True)
 class ReportOptions:
     """A study file's `report` options, each declared once: its type, default, meaning and check
@@ -434,6 +450,8 @@ class ReportOptions:
                                          _best_programs)
     success_speed: SuccessSpeed | None = option(None, "env steps to a success rate over a window of episodes",
                                                 _success_speed)
+    pairs: tuple[tuple[str, str], ...] = option((), "pairs of groups: Welch's t-test on their final metric per seed",
+                                                _pairs)
 
 
 def report_options(raw: dict[str, Any], where: _Where) -> ReportOptions:
