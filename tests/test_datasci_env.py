@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import concurrent.futures
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -48,6 +51,48 @@ def test_extracted_program_defines_build_model(text):
     program = extract.extract_program(text)
     assert _defines_build_model(program), program
     assert "LogisticRegression" in program
+
+
+def test_extraction_builds_one_syntax_tree_at_a_time_across_threads(monkeypatch):
+    """An env pool's threads extract programs at once; CPython 3.11 shares the AST constructor's depth
+    between threads (a spurious SystemError killed a training run), so no two trees are built at once."""
+    active, most = [0], [0]
+    guard = threading.Lock()
+    real_parse = ast.parse
+
+    def watched_parse(source, *args, **kwargs):
+        with guard:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        time.sleep(0.002)  # a thread switch inside the parse, as the GIL allows
+        try:
+            return real_parse(source, *args, **kwargs)
+        finally:
+            with guard:
+                active[0] -= 1
+
+    monkeypatch.setattr(extract.ast, "parse", watched_parse)
+    texts = [f"Here it is:\n```python\n{FULL}```\nIt works.", BODY, BODY + "\nThis is the body.\n"] * 8
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        programs = list(pool.map(extract.extract_program, texts))
+    assert all(_defines_build_model(program) for program in programs)
+    assert most[0] == 1
+
+
+def test_a_spurious_ast_system_error_is_retried_once_and_a_lasting_one_is_not_a_syntax_error(monkeypatch):
+    real_parse, failures = ast.parse, [1]
+
+    def flaky_parse(source, *args, **kwargs):
+        if failures[0]:
+            failures[0] -= 1
+            raise SystemError("AST constructor recursion depth mismatch (before=39, after=27)")
+        return real_parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(extract.ast, "parse", flaky_parse)
+    assert _defines_build_model(extract.extract_program(FULL))
+    failures[0] = 2
+    with pytest.raises(SystemError, match="depth mismatch"):
+        extract.parses(FULL)
 
 
 def test_body_stops_at_the_end_of_the_function():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 
 from envs_py.datasci.prompts import FUNCTION_HEADER, PRELUDE
 
@@ -26,10 +27,26 @@ def fenced_blocks(text: str) -> list[str]:
     return [match.group(2) for match in _FENCE.finditer(text)]
 
 
+# CPython 3.11 keeps the AST constructor's recursion depth in per-interpreter state: two threads that
+# build trees at once (an env pool's threads extracting programs) can see each other's depth and raise
+# "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905); one tree at a time.
+_AST_LOCK = threading.Lock()
+
+
+def parse_tree(source: str) -> ast.Module:
+    """`ast.parse(source)`, one call at a time in this process; a SystemError (CPython's spurious AST
+    depth mismatch) is retried once before it propagates."""
+    with _AST_LOCK:
+        try:
+            return ast.parse(source)
+        except SystemError:
+            return ast.parse(source)
+
+
 def parses(source: str) -> bool:
     """True when `source` is syntactically valid Python."""
     try:
-        ast.parse(source)
+        parse_tree(source)
     except (SyntaxError, ValueError):
         return False
     return True
@@ -99,7 +116,7 @@ def without_usage_after_function(source: str) -> str:
     """Returns `source` cut before the first top-level statement after build_model
     that is not a definition or an import (e.g. "# Example usage" calls on
     data that does not exist in the sandbox)."""
-    body = ast.parse(source).body
+    body = parse_tree(source).body
     seen_function = False
     for node in body:
         if isinstance(node, ast.FunctionDef) and node.name == "build_model":
