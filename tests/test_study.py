@@ -29,6 +29,7 @@ import pytest
 
 from poad_jax.run import action_log
 from poad_jax.run import config as config_lib
+from poad_jax.run import hardware
 from poad_jax.tools.study import figures, page, report, scheduler, spec
 
 # One xdist worker runs every test of this module (`--dist loadgroup`, scripts/test.sh): its module
@@ -1008,6 +1009,28 @@ def test_a_finished_cell_recorded_before_a_config_field_existed_is_reused_at_tha
     config.mesh.fsdp = 1
     config.seed = 1  # a field the old cell did record, set otherwise
     assert scheduler.find_reusable(workdir, config, 16) is None
+
+
+def test_a_cell_recorded_with_what_auto_resolved_to_is_reused_where_auto_resolves_the_same(tmp_path, monkeypatch):
+    """A trainer records `matmul_dtype` and `behaviour_logprobs` as "auto" resolved on its machine: a
+    sibling cell that recorded bfloat16 / recompute is this config's where "auto" resolves so (a CPU with
+    native bfloat16) and not where it resolves to float32; a cell recorded as written still matches."""
+    study = spec.load_study(write_study(tmp_path, updates=1, methods=("poad",), seeds=(0,)))
+    config = spec.cell_config(study, spec.grid(study)[0])
+    config.matmul_dtype, config.behaviour_logprobs = "auto", "auto"
+    cell = tmp_path / "runs" / "earlier" / "cells" / "POAD__seed=0"
+    _fake_cell(cell.parent.parent, cell.name, [{"update": 1, "env_steps": 16}], "done")
+    recorded = json.loads(config.to_json_best_effort())
+    scheduler.write_json_atomic(cell / "config.json", {**recorded, "matmul_dtype": "bfloat16",
+                                                       "behaviour_logprobs": "recompute"})
+    workdir = tmp_path / "runs" / "later"
+    monkeypatch.setattr(hardware, "machine_matmul_dtype", lambda: ("bfloat16", "native here"))
+    assert scheduler.find_reusable(workdir, config, 16) == cell
+    assert config.matmul_dtype == "auto"  # the caller's config is left as written
+    monkeypatch.setattr(hardware, "machine_matmul_dtype", lambda: ("float32", "not native here"))
+    assert scheduler.find_reusable(workdir, config, 16) is None
+    scheduler.write_json_atomic(cell / "config.json", recorded)
+    assert scheduler.find_reusable(workdir, config, 16) == cell
 
 
 def test_a_first_pass_trains_every_cell_up_to_n_env_steps_and_a_rerun_continues_them(tmp_path):

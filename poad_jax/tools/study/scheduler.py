@@ -4,6 +4,7 @@ scheduler, sessions and locks."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import fcntl
 import json
@@ -18,6 +19,7 @@ import ml_collections
 import numpy as np
 
 from poad_jax.run import config as config_lib
+from poad_jax.run import hardware
 from poad_jax.run.metrics import read_metrics
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
                                         train_command)
@@ -79,16 +81,21 @@ def _completed_json(recorded: dict[str, Any]) -> dict[str, Any]:
 def find_reusable(workdir: pathlib.Path, config: ml_collections.ConfigDict, total: int) -> pathlib.Path | None:
     """A finished cell in a sibling study's workdir whose trainer config equals `config`
     (output-only fields aside; fields its config.json predates count as their defaults) and that ran
-    at least `total` env steps."""
-    want = _meaning(json.loads(config.to_json_best_effort()))
-    for sibling in sorted(workdir.parent.glob("*/cells/*/config.json")):
-        cell_dir = sibling.parent
-        if cell_dir.is_symlink() or cell_dir.parent.parent.resolve() == workdir.resolve():
-            continue
+    at least `total` env steps.  A trainer records the settings "auto" resolves to on its machine
+    (`hardware.resolve_config`): the cell's config matches with them as this machine resolves them,
+    or as written."""
+    siblings = [path for path in sorted(workdir.parent.glob("*/cells/*/config.json"))
+                if not path.parent.is_symlink() and path.parent.parent.parent.resolve() != workdir.resolve()]
+    if not siblings:
+        return None
+    resolved = copy.deepcopy(config)
+    hardware.resolve_config(resolved)
+    wants = [_meaning(json.loads(c.to_json_best_effort())) for c in (config, resolved)]
+    for sibling in siblings:
         recorded = read_json(sibling)
-        if (isinstance(recorded, dict) and _meaning(_completed_json(recorded)) == want
-                and cell_finished(cell_dir, total)):
-            return cell_dir
+        if (isinstance(recorded, dict) and _meaning(_completed_json(recorded)) in wants
+                and cell_finished(sibling.parent, total)):
+            return sibling.parent
     return None
 
 
