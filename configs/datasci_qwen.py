@@ -14,6 +14,9 @@ from poad_jax.run import config as poad_config
 def get_config():
     config = poad_config.load_config_file(pathlib.Path(__file__).with_name("datasci.py"))
     config.name = "datasci_qwen"
+    # configs/datasci.py's training settings when the study ran (they moved after studies/datasci_settings.py)
+    config.ppo.actor_lr = 1e-6
+    config.ppo.lambda_scope = "token"
     config.num_threads = 4
     config.rollout_length = 4
     config.total_env_steps = 32

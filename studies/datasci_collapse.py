@@ -63,7 +63,9 @@ def get_study():
     return {
         "name": "datasci_collapse",
         "base_config": "configs/datasci.py",
-        "fixed": {"total_env_steps": 64, "ppo.actor_lr": 1e-3, "method": "poad"},
+        # λ per token pinned: configs/datasci.py's default when this ran (it moved to "action" after stage 1 of
+        # studies/datasci_settings.py); the cells' configs are as they ran
+        "fixed": {"total_env_steps": 64, "ppo.actor_lr": 1e-3, "method": "poad", "ppo.lambda_scope": "token"},
         "axes": {
             "variant": [  # in the order written: the control after the first cell had started
                 {"label": "no_advantage_normalisation", "ppo.normalize_advantages": False},

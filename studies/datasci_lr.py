@@ -45,7 +45,8 @@ def get_study():
         # The 1e-3 cells ran as a pass of their own name (now `--cells=actor_lr=0.001`).
         "former_names": ("datasci_lr_decisive",),
         "base_config": "configs/datasci.py",
-        "fixed": {"total_env_steps": 64},
+        # λ per token pinned: configs/datasci.py's default when this ran (it moved after studies/datasci_settings.py)
+        "fixed": {"total_env_steps": 64, "ppo.lambda_scope": "token"},
         "axes": {
             "ppo.actor_lr": [3e-3, 1e-3, 3e-4, 1e-4],
             "variant": [

@@ -56,7 +56,8 @@ def get_study():
     return {
         "name": "datasci_poad_ntpo",
         "base_config": "configs/datasci.py",
-        "fixed": {"total_env_steps": 1000, "ppo.actor_lr": CHOSEN_ACTOR_LR},
+        # λ per token pinned: configs/datasci.py's default when this ran (it moved after studies/datasci_settings.py)
+        "fixed": {"total_env_steps": 1000, "ppo.actor_lr": CHOSEN_ACTOR_LR, "ppo.lambda_scope": "token"},
         "axes": {
             "variant": [
                 {"label": "POAD", "method": "poad"},

@@ -71,7 +71,9 @@ def get_study():
     return {
         "name": "datasci_settings",
         "base_config": "configs/datasci.py",
-        "fixed": {"total_env_steps": 192, "method": "poad"},
+        # λ per token pinned (the reference's): configs/datasci.py's default when this ran, before this study
+        # moved it; the candidates set their own
+        "fixed": {"total_env_steps": 192, "method": "poad", "ppo.lambda_scope": "token"},
         "axes": {
             "variant": [
                 {"label": "lambda_action", **LAMBDA_ACTION, "ppo.actor_lr": 1e-3},

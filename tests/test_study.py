@@ -1033,6 +1033,36 @@ def test_a_cell_recorded_with_what_auto_resolved_to_is_reused_where_auto_resolve
     assert scheduler.find_reusable(workdir, config, 16) == cell
 
 
+def test_a_study_may_pin_a_setting_at_the_value_its_cells_ran_with_but_not_change_it(tmp_path):
+    """A cell's directory refuses other settings; a setting the study file now writes out (a base config's
+    former default, pinned when the default moved) is no change where the cell's config.json holds that
+    very value, and is one where it holds another or where the cell recorded the setting itself."""
+    study = spec.load_study(write_study(tmp_path, updates=1, methods=("poad",), seeds=(0,)))
+    cell = spec.grid(study)[0]
+    workdir = tmp_path / "runs"
+    _fake_cell(workdir, cell.name, [{"update": 1, "env_steps": 16}], "done")
+    cell_dir = workdir / "cells" / cell.name
+    scheduler.write_json_atomic(cell_dir / "cell.json", {"status": "done", "overrides": dict(cell.overrides)})
+    ran = json.loads(spec.cell_config(study, cell).to_json_best_effort())
+    scheduler.write_json_atomic(cell_dir / "config.json", ran)
+    scheduler.check_workdir(study, workdir, [cell])
+
+    def pinned(field, value):
+        return dataclasses.replace(cell, overrides={**cell.overrides, field: value})
+
+    scheduler.check_workdir(study, workdir, [pinned("ppo.lambda_scope", ran["ppo"]["lambda_scope"])])
+    other = "action" if ran["ppo"]["lambda_scope"] == "token" else "token"
+    with pytest.raises(spec.StudyError, match=re.escape(f"was run with other settings (ppo.lambda_scope: None -> "
+                                                        f"{other!r})")):
+        scheduler.check_workdir(study, workdir, [pinned("ppo.lambda_scope", other)])
+    with pytest.raises(spec.StudyError, match="was run with other settings"):
+        scheduler.check_workdir(study, workdir, [pinned("ppo.no_such_setting", 1)])
+    recorded = {**cell.overrides, "ppo.clip": 0.2}
+    scheduler.write_json_atomic(cell_dir / "cell.json", {"status": "done", "overrides": recorded})
+    with pytest.raises(spec.StudyError, match=re.escape("ppo.clip: 0.2 -> 0.3")):
+        scheduler.check_workdir(study, workdir, [pinned("ppo.clip", 0.3)])
+
+
 def test_a_first_pass_trains_every_cell_up_to_n_env_steps_and_a_rerun_continues_them(tmp_path):
     """`--up-to`: every cell stops at that many env steps (seed-major, so every method's first
     steps come early); the same command without it continues each cell, not from scratch."""

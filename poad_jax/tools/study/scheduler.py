@@ -54,11 +54,27 @@ def cell_finished(cell_dir: pathlib.Path, total_env_steps: int) -> bool:
     return bool(records) and int(records[-1].get("env_steps") or 0) >= total_env_steps
 
 
-def _settings_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """The changed cell settings a re-run may not change (`config.RESUMABLE_FIELDS`), as `field: old -> new`."""
+_UNRECORDED = object()
+
+
+def _recorded_value(recorded: dict[str, Any], field: str) -> Any:
+    """The value of a dotted `field` in a cell's config.json, or `_UNRECORDED`."""
+    node: Any = recorded
+    for part in field.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _UNRECORDED
+        node = node[part]
+    return node
+
+
+def _settings_diff(old: dict[str, Any], new: dict[str, Any], ran: dict[str, Any] | None = None) -> list[str]:
+    """The changed cell settings a re-run may not change (`config.RESUMABLE_FIELDS`), as `field: old -> new`.
+    A setting the study file now writes out that the cell's config.json (`ran`) holds at that very value
+    is no change: the cell ran with it (e.g. a base config's former default, pinned when the default moved)."""
     keys = sorted(set(old) | set(new))
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
-            if config_lib.resumable_kind(k) is None and old.get(k) != new.get(k)]
+            if config_lib.resumable_kind(k) is None and old.get(k) != new.get(k)
+            and not (k not in old and ran is not None and _recorded_value(ran, k) == new[k])]
 
 
 def _comparable(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +176,9 @@ def check_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> Non
     for cell in cells:  # a cell directory must not have been run with other settings
         state = read_json(workdir / "cells" / cell.name / CELL_FILE)
         if state is not None:
-            diff = _settings_diff(state.get("overrides", {}), _comparable(cell.overrides))
+            ran = read_json(workdir / "cells" / cell.name / "config.json")
+            diff = _settings_diff(state.get("overrides", {}), _comparable(cell.overrides),
+                                  ran if isinstance(ran, dict) else None)
             if diff:
                 raise StudyError(f"cell {cell.name} in {workdir} was run with other settings ({'; '.join(diff)}): "
                                  f"choose another --workdir")
