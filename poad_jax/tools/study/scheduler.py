@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 
 from poad_jax.run import config as config_lib
-from poad_jax.run import hardware
+from poad_jax.run import hardware, rundir
 from poad_jax.run.metrics import read_metrics
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
                                         train_command)
@@ -54,27 +54,15 @@ def cell_finished(cell_dir: pathlib.Path, total_env_steps: int) -> bool:
     return bool(records) and int(records[-1].get("env_steps") or 0) >= total_env_steps
 
 
-_UNRECORDED = object()
-
-
-def _recorded_value(recorded: dict[str, Any], field: str) -> Any:
-    """The value of a dotted `field` in a cell's config.json, or `_UNRECORDED`."""
-    node: Any = recorded
-    for part in field.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _UNRECORDED
-        node = node[part]
-    return node
-
-
 def _settings_diff(old: dict[str, Any], new: dict[str, Any], ran: dict[str, Any] | None = None) -> list[str]:
     """The changed cell settings a re-run may not change (`config.RESUMABLE_FIELDS`), as `field: old -> new`.
-    A setting the study file now writes out that the cell's config.json (`ran`) holds at that very value
-    is no change: the cell ran with it (e.g. a base config's former default, pinned when the default moved)."""
+    A setting the study file now writes out that the cell's config.json (`ran`, by dotted name:
+    `rundir.flatten`) holds at that very value is no change: the cell ran with it (e.g. a base config's former
+    default, pinned when the default moved)."""
     keys = sorted(set(old) | set(new))
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
             if config_lib.resumable_kind(k) is None and old.get(k) != new.get(k)
-            and not (k not in old and ran is not None and _recorded_value(ran, k) == new[k])]
+            and not (k not in old and ran is not None and k in ran and ran[k] == new[k])]
 
 
 def _comparable(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -178,7 +166,7 @@ def check_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> Non
         if state is not None:
             ran = read_json(workdir / "cells" / cell.name / "config.json")
             diff = _settings_diff(state.get("overrides", {}), _comparable(cell.overrides),
-                                  ran if isinstance(ran, dict) else None)
+                                  rundir.flatten(ran) if isinstance(ran, dict) else None)
             if diff:
                 raise StudyError(f"cell {cell.name} in {workdir} was run with other settings ({'; '.join(diff)}): "
                                  f"choose another --workdir")

@@ -329,6 +329,14 @@ class Reference:
     values: dict[str, tuple[float, float]]
 
 
+def _known_groups(where: _Where, name: str, labels: Any) -> None:
+    """Raises the one-line StudyError of report option `name` when `labels` name a group the study lacks."""
+    unknown = sorted(set(labels) - set(where.groups))
+    if unknown:
+        raise StudyError(f"study {where.study!r}: report option {name} names no group {unknown}; its groups: "
+                         + ", ".join(sorted(where.groups)))
+
+
 def _reference(value: Any, where: _Where) -> Reference:
     """`{"label": text, "values": {group label: x or (low, high)}}`, naming groups of the study; none
     (`NO_REFERENCE`) for a false value."""
@@ -346,10 +354,7 @@ def _reference(value: Any, where: _Where) -> Reference:
             raise StudyError(f"study {where.study!r}: reference value for {group!r} must be a number or a "
                              f"(low, high) pair, not {number!r}") from None
         ranges[str(group)] = (min(low, high), max(low, high))
-    unknown = sorted(set(ranges) - set(where.groups))
-    if unknown:
-        raise StudyError(f"study {where.study!r}: report option reference names no group {unknown}; its groups: "
-                         + ", ".join(sorted(where.groups)))
+    _known_groups(where, "reference", ranges)
     return Reference(str(value["label"]), ranges)
 
 
@@ -419,10 +424,7 @@ def _pairs(value: Any, where: _Where) -> tuple[tuple[str, str], ...]:
             isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
             and pair[0] != pair[1] for pair in value):
         raise _refuse(where, "pairs", usage, value)
-    unknown = sorted({label for pair in value for label in pair} - set(where.groups))
-    if unknown:
-        raise StudyError(f"study {where.study!r}: report option pairs names no group {unknown}; its groups: "
-                         + ", ".join(sorted(where.groups)))
+    _known_groups(where, "pairs", {label for pair in value for label in pair})
     return tuple((a, b) for a, b in value)
 
 
