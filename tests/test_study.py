@@ -1063,6 +1063,29 @@ def test_a_study_may_pin_a_setting_at_the_value_its_cells_ran_with_but_not_chang
         scheduler.check_workdir(study, workdir, [pinned("ppo.clip", 0.3)])
 
 
+def test_a_cell_linked_from_a_sibling_study_is_checked_by_the_config_it_ran_not_by_that_studys_overrides(tmp_path):
+    """A reused cell's cell.json holds its own study's overrides (there, a setting that was not yet the base
+    config's default): the workdir accepts it while its config.json is this cell's config, and refuses it,
+    naming the link, once it is not."""
+    study = spec.load_study(write_study(tmp_path, updates=1, methods=("poad",), seeds=(0,)))
+    cell = spec.grid(study)[0]
+    ran = json.loads(spec.cell_config(study, cell).to_json_best_effort())
+    sibling = tmp_path / "runs" / "earlier"
+    _fake_cell(sibling, cell.name, [{"update": 1, "env_steps": 16}], "done")
+    source = sibling / "cells" / cell.name
+    scheduler.write_json_atomic(source / "cell.json", {"status": "done", "overrides": {
+        **cell.overrides, "ppo.clip_eps": ran["ppo"]["clip_eps"]}})
+    scheduler.write_json_atomic(source / "config.json", ran)
+    workdir = tmp_path / "runs" / "later"
+    (workdir / "cells").mkdir(parents=True)
+    (workdir / "cells" / cell.name).symlink_to(os.path.relpath(source, workdir / "cells"), target_is_directory=True)
+    scheduler.check_workdir(study, workdir, [cell])
+    other = {**ran, "ppo": {**ran["ppo"], "clip_eps": ran["ppo"]["clip_eps"] + 0.1}}
+    scheduler.write_json_atomic(source / "config.json", other)
+    with pytest.raises(spec.StudyError, match=re.escape(f"cell {cell.name} in {workdir} is linked to ../../earlier")):
+        scheduler.check_workdir(study, workdir, [cell])
+
+
 def test_a_first_pass_trains_every_cell_up_to_n_env_steps_and_a_rerun_continues_them(tmp_path):
     """`--up-to`: every cell stops at that many env steps (seed-major, so every method's first
     steps come early); the same command without it continues each cell, not from scratch."""

@@ -92,15 +92,22 @@ def find_reusable(workdir: pathlib.Path, config: ml_collections.ConfigDict, tota
                 if not path.parent.is_symlink() and path.parent.parent.parent.resolve() != workdir.resolve()]
     if not siblings:
         return None
+    for sibling in siblings:
+        if ran_as(read_json(sibling), config) and cell_finished(sibling.parent, total):
+            return sibling.parent
+    return None
+
+
+def ran_as(recorded: Any, config: ml_collections.ConfigDict) -> bool:
+    """Whether a cell's config.json (`recorded`) is `config`'s trainer config: equal but for the fields
+    whose change leaves every logged number as it was (`_meaning`), with the fields it predates at their
+    defaults, and with "auto" as written or as this machine resolves it (`hardware.resolve_config`)."""
+    if not isinstance(recorded, dict):
+        return False
     resolved = copy.deepcopy(config)
     hardware.resolve_config(resolved)
     wants = [_meaning(json.loads(c.to_json_best_effort())) for c in (config, resolved)]
-    for sibling in siblings:
-        recorded = read_json(sibling)
-        if (isinstance(recorded, dict) and _meaning(_completed_json(recorded)) in wants
-                and cell_finished(sibling.parent, total)):
-            return sibling.parent
-    return None
+    return _meaning(_completed_json(recorded)) in wants
 
 
 # ---------------------------------------------------------------------------
@@ -162,9 +169,15 @@ def check_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> Non
             f"({recorded.get('identity', {}).get('base_config')}), not {study.name!r}: choose another --workdir"
         )
     for cell in cells:  # a cell directory must not have been run with other settings
-        state = read_json(workdir / "cells" / cell.name / CELL_FILE)
+        cell_dir = workdir / "cells" / cell.name
+        if cell_dir.is_symlink():  # reused from a sibling study: its cell.json holds that study's overrides
+            if not ran_as(read_json(cell_dir / "config.json"), cell_config(study, cell)):
+                raise StudyError(f"cell {cell.name} in {workdir} is linked to {os.readlink(cell_dir)}, which ran "
+                                 f"other settings: remove the link (the cell then runs here, or is reused again)")
+            continue
+        state = read_json(cell_dir / CELL_FILE)
         if state is not None:
-            ran = read_json(workdir / "cells" / cell.name / "config.json")
+            ran = read_json(cell_dir / "config.json")
             diff = _settings_diff(state.get("overrides", {}), _comparable(cell.overrides),
                                   rundir.flatten(ran) if isinstance(ran, dict) else None)
             if diff:
