@@ -1095,17 +1095,77 @@ def test_a_first_pass_trains_every_cell_up_to_n_env_steps_and_a_rerun_continues_
     assert first.returncode == 0, first.stderr[-2000:]
     cells = sorted((workdir / "cells").iterdir())
     assert len(cells) == 2 and all(not c.is_symlink() for c in cells)
+    passes = {}
     for cell in cells:
         records = scheduler.read_records(cell)
         assert [r["env_steps"] for r in records] == [16]
+        passes[cell.name] = json.loads((cell / "cell.json").read_text())
+        assert passes[cell.name]["seconds_total"] == passes[cell.name]["seconds"] > 0
     second = run_cli(f"--study={study_file}", f"--workdir={workdir}")
     assert second.returncode == 0, second.stderr[-2000:]
     for cell in cells:
         records = scheduler.read_records(cell)
         assert [r["env_steps"] for r in records] == [16, 32]  # continued: update 1 kept, update 2 added
         assert scheduler.cell_finished(cell, 32)
+        state = json.loads((cell / "cell.json").read_text())  # the wall time of both passes together
+        assert state["seconds_total"] == pytest.approx(passes[cell.name]["seconds_total"] + state["seconds"], abs=0.11)
+        assert scheduler.cell_seconds(cell) == state["seconds_total"]
     bad = run_cli(f"--study={study_file}", f"--workdir={workdir}", "--up-to=0")
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --up-to must be >= 1 env step, got 0"
+    bad = run_cli(f"--study={study_file}", f"--workdir={workdir}", "--finish-within=0")
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --finish-within must be > 0 minutes, got 0"
+
+
+def _timed_cell(workdir: pathlib.Path, cell: spec.Cell, env_steps: int, status: str, **seconds: float) -> None:
+    """A cell directory as the runner leaves it: metrics up to `env_steps`, cell.json with its overrides,
+    status and wall time (`seconds`, `seconds_total`)."""
+    _fake_cell(workdir, cell.name, [{"update": 1, "env_steps": env_steps}], status)
+    scheduler.write_json_atomic(workdir / "cells" / cell.name / "cell.json",
+                                {"status": status, "overrides": dict(cell.overrides), **seconds})
+
+
+def test_a_cells_expected_time_is_its_groups_median_else_the_longest_scaled_by_what_is_left(tmp_path):
+    """T = median of the group's finished cells (else the longest finished cell of any group) x (1 - logged
+    env steps / total); a cell.json of an older runner gives `seconds`; nothing finished gives None."""
+    study = spec.load_study(write_study(tmp_path, updates=2, methods=("poad", "ntpo", "twosome"), seeds=(0, 1, 2)))
+    cells = {cell.name: cell for cell in spec.grid(study)}
+    workdir = tmp_path / "runs"
+    (workdir / "cells").mkdir(parents=True)
+    assert scheduler.expected_seconds(workdir, "POAD__seed=2", 32) is None
+    _timed_cell(workdir, cells["POAD__seed=0"], 32, "done", seconds=100.0, seconds_total=300.0)
+    _timed_cell(workdir, cells["POAD__seed=1"], 32, "done", seconds=500.0)  # written before seconds_total
+    _timed_cell(workdir, cells["NTPO__seed=0"], 32, "done", seconds_total=900.0)
+    _timed_cell(workdir, cells["NTPO__seed=1"], 8, "failed", seconds=5000.0)  # not finished: no time
+    assert scheduler.expected_seconds(workdir, "POAD__seed=2", 32) == pytest.approx(np.median([300.0, 500.0]))
+    assert scheduler.expected_seconds(workdir, "NTPO__seed=2", 32) == pytest.approx(900.0)
+    assert scheduler.expected_seconds(workdir, "NTPO__seed=1", 32) == pytest.approx(900.0 * (1 - 8 / 32))
+    assert scheduler.expected_seconds(workdir, "TWOSOME__seed=0", 32) == pytest.approx(900.0)  # the longest
+
+
+def test_finish_within_starts_only_the_cells_that_should_finish_in_time(tmp_path):
+    """`run_study(finish_within=...)`: a cell whose expected time exceeds what is left is not started (no
+    directory, status "not started", a line that says why); the CLI's --finish-within says which in one line."""
+    study_file = write_study(tmp_path, updates=2, methods=("poad", "ntpo"), seeds=(0, 1))
+    study = spec.load_study(study_file)
+    cells = {cell.name: cell for cell in spec.grid(study)}
+    workdir = tmp_path / "runs" / "toy_grid"
+    (workdir / "cells").mkdir(parents=True)
+    for name in ("POAD__seed=0", "NTPO__seed=0"):
+        _timed_cell(workdir, cells[name], 32, "done", seconds_total=7200.0)
+    lines = []
+    status = scheduler.run_study(study, workdir, log=lines.append, finish_within=600.0)
+    assert status == {"POAD__seed=0": "done", "NTPO__seed=0": "done", "POAD__seed=1": "not started",
+                      "NTPO__seed=1": "not started"}
+    assert not (workdir / "cells" / "POAD__seed=1").exists() and not (workdir / "cells" / "NTPO__seed=1").exists()
+    assert any(line.startswith("[toy_grid] cell POAD__seed=1 not started: it should take about 2h00m and ")
+               and line.endswith("is left of --finish-within") for line in lines), lines
+    assert "2 not started (would not finish in time)" in lines[-1]
+    result = run_cli(f"--study={study_file}", f"--workdir={workdir}", "--finish-within=10")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert ("2 cell(s) not started, as they would not finish within --finish-within: POAD__seed=1, NTPO__seed=1; "
+            "run them later") in result.stdout
+    bad = run_cli(f"--study={study_file}", f"--workdir={workdir}", "--report", "--finish-within=10")
+    assert bad.returncode == 2 and "--report runs nothing" in bad.stderr
 
 
 def test_a_study_file_naming_the_theory_module_where_it_was_still_reports():

@@ -32,7 +32,9 @@ or malformed one stops the study when it loads, before any cell runs.
 
 A pass may run part of the grid: `--seeds=1,2` the cells of those seeds, `--cells=POAD,"NTPO 0.9"` the
 cells of those groups (a value of one axis, e.g. `--cells=action_length=8`, names every cell with it;
-`--cells=POAD__seed=0` one cell by its directory name), both together the cells in both.  `former_names=("gamma_w_seed0",)` names study files that once ran such a pass under a
+`--cells=POAD__seed=0` one cell by its directory name), both together the cells in both.  `--finish-within=MINUTES`
+starts a cell only if it should finish in that time (from the cells of its group that have finished in the
+workdir), for sessions that end.  `former_names=("gamma_w_seed0",)` names study files that once ran such a pass under a
 name of their own: a workdir recorded under one is this study's.
 
 Each cell is an ordinary run directory of `poad_jax.train` (`<workdir>/cells/<cell>`, the
@@ -106,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only these of the study's cells, as --seeds does: a group's label (e.g. POAD) "
                              "names its cells, a cell's directory name (e.g. POAD__seed=0) that one; with "
                              "--seeds, the cells in both")
+    parser.add_argument("--finish-within", type=float, default=None, metavar="MINUTES",
+                        help="start a cell only if it should finish within this many minutes from now (the "
+                             "median time of its group's finished cells here, else the longest finished "
+                             "cell's; a cell part-way scaled by what is left): for sessions that end")
     parser.add_argument("--publish", default=None, metavar="DIR",
                         help="also write the study's page, DIR/<study>.md, and its figures (e.g. docs/results): "
                              "the report beside the study's reading, studies/<study>.md, which it keeps")
@@ -116,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.workers < 1:
             raise StudyError(f"--workers must be >= 1, got {args.workers}")
+        if args.finish_within is not None and not args.finish_within > 0:
+            raise StudyError(f"--finish-within must be > 0 minutes, got {args.finish_within:g}")
+        if args.report and args.finish_within is not None:
+            raise StudyError("--finish-within chooses which cells start; --report runs nothing: drop one of them")
         if args.up_to is not None and args.up_to < 1:
             raise StudyError(f"--up-to must be >= 1 env step, got {args.up_to}")
         if args.report and args.up_to is not None:
@@ -151,8 +161,13 @@ def main(argv: list[str] | None = None) -> int:
                 out = workdir / study.name
         else:
             status = run_study(study, workdir, workers=args.workers, reuse=not args.no_reuse, up_to=args.up_to,
-                               seeds=seeds, cell_names=cell_names)
+                               seeds=seeds, cell_names=cell_names,
+                               finish_within=None if args.finish_within is None else args.finish_within * 60)
             failed = [name for name, s in status.items() if s == "failed"]
+            later = [name for name, s in status.items() if s == "not started"]
+            if later:
+                print(f"{len(later)} cell(s) not started, as they would not finish within --finish-within: "
+                      f"{', '.join(later[:5])}" + (" ..." if len(later) > 5 else "") + "; run them later")
             if failed:
                 print(f"{len(failed)} cell(s) failed: {', '.join(failed[:5])}"
                       + (" ..." if len(failed) > 5 else "") + "; re-run the same command to retry them")

@@ -54,6 +54,40 @@ def cell_finished(cell_dir: pathlib.Path, total_env_steps: int) -> bool:
     return bool(records) and int(records[-1].get("env_steps") or 0) >= total_env_steps
 
 
+def cell_seconds(cell_dir: pathlib.Path) -> float | None:
+    """The wall time a finished cell took, all its invocations together (`seconds_total` in its cell.json;
+    `seconds`, its last invocation's, where an older runner wrote only that); None if it has not finished."""
+    state = read_json(cell_dir / CELL_FILE) or {}
+    if state.get("status") != "done":
+        return None
+    seconds = state.get("seconds_total", state.get("seconds"))
+    return float(seconds) if isinstance(seconds, (int, float)) else None
+
+
+def group_of(cell_name: str) -> str:
+    """A cell directory's group label: its name without `__seed=N`."""
+    return cell_name.rsplit("__seed=", 1)[0]
+
+
+def expected_seconds(workdir: pathlib.Path, cell_name: str, total: int) -> float | None:
+    """How long `cell_name` should take to finish here, from the cells of `workdir` that have finished
+    (linked ones included: they ran the same config):
+
+        T = median wall time of its group's finished cells (else the longest finished cell's)
+            x (1 - env steps it has logged / total)
+
+    None where no cell has finished yet."""
+    timed = {path.name: cell_seconds(path) for path in sorted((workdir / "cells").glob("*"))}
+    timed = {name: seconds for name, seconds in timed.items() if seconds is not None}
+    if not timed:
+        return None
+    same = [seconds for name, seconds in timed.items() if group_of(name) == group_of(cell_name)]
+    whole = float(np.median(same)) if same else max(timed.values())
+    records = read_records(workdir / "cells" / cell_name) if (workdir / "cells" / cell_name).is_dir() else []
+    logged = int(records[-1].get("env_steps") or 0) if records else 0
+    return whole * max(0.0, 1.0 - logged / total)
+
+
 def _settings_diff(old: dict[str, Any], new: dict[str, Any], ran: dict[str, Any] | None = None) -> list[str]:
     """The changed cell settings a re-run may not change (`config.RESUMABLE_FIELDS`), as `field: old -> new`.
     A setting the study file now writes out that the cell's config.json (`ran`, by dotted name:
@@ -278,8 +312,11 @@ def staged(cell: Cell, run: config_lib.Run, up_to: int) -> Cell:
 
 def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool = True,
               log=print, up_to: int | None = None, seeds: tuple[int, ...] | None = None,
-              cell_names: tuple[str, ...] | None = None) -> dict[str, str]:
+              cell_names: tuple[str, ...] | None = None, finish_within: float | None = None) -> dict[str, str]:
     """Runs every unfinished cell (at most `workers` at once); returns {cell: status}.
+
+    `finish_within` (seconds from now): start a cell only if it should finish by then
+    (`expected_seconds`); the others are left "not started", each said in a line, for a later run.
 
     `seeds`: run only the cells of these seeds of the study's (a pass that fits
     one session or one lent machine; the report covers every seed that has run,
@@ -310,7 +347,10 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
         log(line)
     with study_lock_dir(workdir):
         prepare_workdir(study, workdir, cells)
-        return CellRunner(study, workdir, to_run, configs, workers, log).run(reuse)
+        runner = CellRunner(study, workdir, to_run, configs, workers, log)
+        if finish_within is not None:
+            runner.deadline = time.monotonic() + finish_within
+        return runner.run(reuse)
 
 
 def cell_warnings(study: Study, cells: list[Cell], configs: dict[str, ml_collections.ConfigDict]) -> list[str]:
@@ -391,6 +431,7 @@ class CellRunner:
         self.status: dict[str, str] = {}
         self.durations: list[float] = []
         self.launched: list[str] = []
+        self.deadline: float | None = None  # time.monotonic() by which a launched cell should finish
         self.started = time.monotonic()  # reset when the cells to run are known
         self.session = 0  # this invocation's index in study.json's sessions, and its start (time.time())
         self.session_started = 0.0
@@ -428,7 +469,9 @@ class CellRunner:
                 last_beat = time.monotonic()
             changed = False
             while self.pending and len(self.running) < self.workers:
-                self.launch(self.pending.pop(0))
+                cell = self.pending.pop(0)
+                if self.fits(cell):
+                    self.launch(cell)
                 changed = True
             if changed:
                 self.progress()
@@ -444,21 +487,39 @@ class CellRunner:
         """One line: cells done, running, left and failed, the time so far and the ETA."""
         done = sum(s == "done" for s in self.status.values())
         failed = sum(s == "failed" for s in self.status.values())
+        skipped = sum(s == "not started" for s in self.status.values())
         left = len(self.pending)
         eta = ""
         if self.durations and (left or self.running):
             per_cell = float(np.mean(self.durations))
             eta = f", ETA {format_seconds(per_cell * (left + len(self.running) / 2) / max(self.workers, 1))}"
         self.log(f"[{self.study.name}] cells: {done} done, {len(self.running)} running, {left} left"
-                 + (f", {failed} failed" if failed else "") + f" of {len(self.cells)}; "
-                 f"elapsed {format_seconds(time.monotonic() - self.started)}{eta}")
+                 + (f", {failed} failed" if failed else "")
+                 + (f", {skipped} not started (would not finish in time)" if skipped else "")
+                 + f" of {len(self.cells)}; elapsed {format_seconds(time.monotonic() - self.started)}{eta}")
+
+    def fits(self, cell: Cell) -> bool:
+        """Whether `cell` should finish before the deadline (always, without one or without an estimate);
+        a cell that should not is marked "not started", with a line that says why."""
+        if self.deadline is None:
+            return True
+        needed = expected_seconds(self.workdir, cell.name, self.totals[cell.name])
+        left = self.deadline - time.monotonic()
+        if needed is None or needed <= left:
+            return True
+        self.status[cell.name] = "not started"
+        self.log(f"[{self.study.name}] cell {cell.name} not started: it should take about {format_seconds(needed)} "
+                 f"and {format_seconds(max(left, 0))} is left of --finish-within")
+        return False
 
     def launch(self, cell: Cell) -> None:
         """Marks `cell` running in its cell.json (with this checkout's commit) and starts its trainer."""
         cell_dir = self.workdir / "cells" / cell.name
         cell_dir.mkdir(parents=True, exist_ok=True)
-        commits = list((read_json(cell_dir / CELL_FILE) or {}).get("commits", []))  # a resumed cell keeps its history
-        write_json_atomic(cell_dir / CELL_FILE, {
+        before = read_json(cell_dir / CELL_FILE) or {}
+        commits = list(before.get("commits", []))  # a resumed cell keeps its history, and its time so far
+        spent = {"seconds_total": before["seconds_total"]} if "seconds_total" in before else {}
+        write_json_atomic(cell_dir / CELL_FILE, {**spent,
             "overrides": _comparable(cell.overrides), "base_config": cell.base_config(self.study),
             "group": [list(g) for g in cell.group], "seed": cell.seed, "status": "running",
             "commits": commits + ([self.commit] if self.commit not in commits else []),
@@ -482,6 +543,7 @@ class CellRunner:
         state["status"] = "done" if ok else "failed"
         state["returncode"] = returncode
         state["seconds"] = round(time.monotonic() - trainer.started, 1)
+        state["seconds_total"] = round(float(state.get("seconds_total", 0.0)) + state["seconds"], 1)
         write_json_atomic(cell_dir / CELL_FILE, state)
         self.status[name] = state["status"]
         if ok:
