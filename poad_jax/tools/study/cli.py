@@ -120,22 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                              "keeping the report it holds (for cells that are not on this machine)")
     args = parser.parse_args(argv)
     try:
-        if args.workers < 1:
-            raise StudyError(f"--workers must be >= 1, got {args.workers}")
-        if args.finish_within is not None and not args.finish_within > 0:
-            raise StudyError(f"--finish-within must be > 0 minutes, got {args.finish_within:g}")
-        if args.report and args.finish_within is not None:
-            raise StudyError("--finish-within chooses which cells start; --report runs nothing: drop one of them")
-        if args.up_to is not None and args.up_to < 1:
-            raise StudyError(f"--up-to must be >= 1 env step, got {args.up_to}")
-        if args.report and args.up_to is not None:
-            raise StudyError("--up-to chooses how far to run; --report runs nothing: drop one of them")
-        if args.keep_report and (args.publish is None or args.report or args.cells or args.up_to):
-            raise StudyError("--keep-report rewrites a published page: give --publish=DIR and nothing that runs "
-                             "or reports")
-        if args.report and args.cells is not None:
-            raise StudyError("--cells chooses which cells run; a report covers every cell that has run "
-                             "(--seeds narrows it): drop --cells")
+        check_flags(args)
         study = load_study(args.study)
         seeds = parse_seeds(args.seeds)
         cell_names = None if args.cells is None else cells_labelled(study, args.cells)
@@ -182,6 +167,26 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted: re-run the same command to resume", file=sys.stderr)
         return 130
     return 0
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """StudyError (one line) for flags out of range or that contradict each other."""
+    if args.workers < 1:
+        raise StudyError(f"--workers must be >= 1, got {args.workers}")
+    if args.finish_within is not None and not args.finish_within > 0:
+        raise StudyError(f"--finish-within must be > 0 minutes, got {args.finish_within:g}")
+    if args.report and args.finish_within is not None:
+        raise StudyError("--finish-within chooses which cells start; --report runs nothing: drop one of them")
+    if args.up_to is not None and args.up_to < 1:
+        raise StudyError(f"--up-to must be >= 1 env step, got {args.up_to}")
+    if args.report and args.up_to is not None:
+        raise StudyError("--up-to chooses how far to run; --report runs nothing: drop one of them")
+    if args.keep_report and (args.publish is None or args.report or args.cells or args.up_to):
+        raise StudyError("--keep-report rewrites a published page: give --publish=DIR and nothing that runs "
+                         "or reports")
+    if args.report and args.cells is not None:
+        raise StudyError("--cells chooses which cells run; a report covers every cell that has run "
+                         "(--seeds narrows it): drop --cells")
 
 
 if __name__ == "__main__":
