@@ -22,7 +22,7 @@ from poad_jax.run import config as config_lib
 from poad_jax.run import hardware, rundir
 from poad_jax.run.metrics import read_metrics
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
-                                        train_command)
+                                        group_of, train_command)
 
 # ---------------------------------------------------------------------------
 # Cell state on disk.
@@ -62,11 +62,6 @@ def cell_seconds(cell_dir: pathlib.Path) -> float | None:
         return None
     seconds = state.get("seconds_total", state.get("seconds"))
     return float(seconds) if isinstance(seconds, (int, float)) else None
-
-
-def group_of(cell_name: str) -> str:
-    """A cell directory's group label: its name without `__seed=N`."""
-    return cell_name.rsplit("__seed=", 1)[0]
 
 
 def expected_seconds(workdir: pathlib.Path, cell_name: str, total: int) -> float | None:
@@ -347,10 +342,8 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
         log(line)
     with study_lock_dir(workdir):
         prepare_workdir(study, workdir, cells)
-        runner = CellRunner(study, workdir, to_run, configs, workers, log)
-        if finish_within is not None:
-            runner.deadline = time.monotonic() + finish_within
-        return runner.run(reuse)
+        deadline = None if finish_within is None else time.monotonic() + finish_within
+        return CellRunner(study, workdir, to_run, configs, workers, log, deadline).run(reuse)
 
 
 def cell_warnings(study: Study, cells: list[Cell], configs: dict[str, ml_collections.ConfigDict]) -> list[str]:
@@ -422,7 +415,7 @@ class CellRunner:
     """
 
     def __init__(self, study: Study, workdir: pathlib.Path, cells: list[Cell], configs: dict[str, Any],
-                 workers: int, log) -> None:
+                 workers: int, log, deadline: float | None = None) -> None:
         self.study, self.workdir, self.cells, self.configs = study, workdir, cells, configs
         self.workers, self.log = workers, log
         self.totals = {name: config_lib.typed(config).total_env_steps for name, config in configs.items()}
@@ -431,7 +424,7 @@ class CellRunner:
         self.status: dict[str, str] = {}
         self.durations: list[float] = []
         self.launched: list[str] = []
-        self.deadline: float | None = None  # time.monotonic() by which a launched cell should finish
+        self.deadline = deadline  # time.monotonic() by which a launched cell should finish, or None
         self.started = time.monotonic()  # reset when the cells to run are known
         self.session = 0  # this invocation's index in study.json's sessions, and its start (time.time())
         self.session_started = 0.0

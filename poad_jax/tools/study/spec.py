@@ -187,6 +187,11 @@ def grid(study: Study) -> list[Cell]:
     return cells
 
 
+def group_of(cell_name: str) -> str:
+    """A cell directory's group part: its name (`grid`'s) without `__seed=N`."""
+    return cell_name.rsplit("__seed=", 1)[0]
+
+
 def cells_labelled(study: Study, text: str) -> tuple[str, ...]:
     """The names of the cells that `--cells=text` names, in grid order.  `text` is labels separated by
     commas: a cell's directory name (`POAD__seed=0`) names that cell; a group's label (`POAD`; with
@@ -197,7 +202,7 @@ def cells_labelled(study: Study, text: str) -> tuple[str, ...]:
     cells = grid(study)
     named: dict[str, set[str]] = {}
     for cell in cells:
-        prefix = cell.name.rsplit("__seed=", 1)[0]
+        prefix = group_of(cell.name)
         for label in (cell.name, cell.group_label, prefix, *(value for _, value in cell.group)):
             named.setdefault(label, set()).add(cell.name)
     pieces, chosen, start = text.split(","), set(), 0
