@@ -173,6 +173,43 @@ def test_run_writes_logs_and_curves(tmp_path):
     assert len(records) == 2 and {"episode_return", "policy_loss", "compiles_learner"} <= set(records[0])
 
 
+def test_a_run_that_does_not_learn_samples_what_a_run_at_actor_lr_zero_samples(tmp_path):
+    """`learn=False` skips the behaviour pass and the learner, and nothing else: its env steps are those of
+    the same run at actor lr 0 (same actions, rewards and episodes), its actor and critic stay as they were
+    built (the lr-0 run's critic learns), its records carry no learner fields, its summary says so, and it
+    resumes as a run that learns does."""
+    from poad_jax.run import action_log
+
+    def config(learn: bool):
+        c = short_toy_config(3)
+        c.ppo.actor_lr, c.learn, c.log_actions = 0.0, learn, True
+        return c
+
+    learning = train.run(config(True), tmp_path / "lr0", show_progress=False)
+    train.run(config(False), tmp_path / "off", show_progress=False, max_updates=2)
+    frozen = train.run(config(False), tmp_path / "off", show_progress=False)  # resumes for its third update
+    assert [r["update"] for r in frozen.records] == [1, 2, 3] and (tmp_path / "off" / "finished.json").exists()
+
+    def steps(workdir):
+        return [(line["env_step"], line["action"], line["reward"], line["done"])
+                for line in action_log.read_actions(workdir)]
+
+    assert steps(tmp_path / "off") == steps(tmp_path / "lr0") and len(steps(tmp_path / "off")) == 3 * 16
+    for a, b in zip(jax.tree.leaves(learning.state.params["actor"]), jax.tree.leaves(frozen.state.params["actor"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    built_head = train.run(config(False), tmp_path / "built", show_progress=False, max_updates=0).state.params["head"]
+    for built, kept in zip(jax.tree.leaves(built_head), jax.tree.leaves(frozen.state.params["head"])):
+        np.testing.assert_array_equal(np.asarray(built), np.asarray(kept))
+    assert any(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
+               zip(jax.tree.leaves(built_head), jax.tree.leaves(learning.state.params["head"])))
+    for record, learnt in zip(frozen.records, learning.records):
+        assert not {"approx_kl", "policy_loss", "value_loss", "compiles_learner", "seconds_learner"} & set(record)
+        for key in ("episode_return", "step_reward_mean", "actions_cut_off", "compiles_sampler", "flops_sampler"):
+            assert record[key] == learnt[key], key
+    summary = train_cli.summary_text(config(False), frozen)
+    assert "3 updates without learning" in summary and "PPO updates" not in summary
+
+
 @pytest.mark.slow
 def test_short_real_run_on_embedded_smollm2(tmp_path):
     """A few env steps of the quick DataSciCoding preset: SmolLM2-135M-Instruct on datasci/balance_scale."""

@@ -46,14 +46,14 @@ from poad_jax.run.train import NonFiniteUpdatesError, RunResult, TrainError, run
 
 def advice_lines(config: config_lib.Run, episodes: dict[str, Any],
                  records: list[dict[str, Any]] | None = None) -> list[str]:
-    """What to try when the run achieved nothing (no step or episode succeeded); when its losses were
-    not finite, that first (more steps or a larger rate would not help)."""
+    """What to try when a run that learns achieved nothing (no step or episode succeeded); when its losses
+    were not finite, that first (more steps or a larger rate would not help)."""
     if records and not run_logging.losses_were_finite(records):
         return ["why: some losses or gradients were not finite (those minibatch steps changed nothing); "
                 "check the reward scale, a smaller learning rate (ppo.actor_lr, ppo.critic_lr) or "
                 "float32 matmuls (--config.matmul_dtype=float32)."]
     steps, ok = int(episodes.get("steps", 0)), int(episodes.get("succeeded_steps", 0))
-    if not steps or ok or any(episodes.get("finished_success", [])):
+    if not config.learn or not steps or ok or any(episodes.get("finished_success", [])):
         return []
     if config.env.name.startswith("datasci/"):
         if "smollm2" in config.model.lower():
@@ -117,7 +117,8 @@ def summary_text(config: config_lib.Run, result: RunResult, argv: list[str] | No
     datasci = config.env.name.startswith("datasci/") or result.best is not None  # an env with programs
     unit = ("programs", "ran", "AUC") if datasci else ("steps", "succeeded", "reward")
     lines = [run_logging.summary_table(result.records), ""]
-    lines += run_logging.run_summary_lines(result.records, result.episodes, config.total_env_steps, *unit)
+    lines += run_logging.run_summary_lines(result.records, result.episodes, config.total_env_steps, *unit,
+                                           learned=config.learn)
     if datasci:
         lines += cut_off_lines(config, result.records)
         lines += best_lib.summary_lines(result.best, result.workdir)

@@ -278,19 +278,22 @@ def summary_table(records: list[dict[str, Any]], keys: Iterable[str] = (
 
 
 def run_summary_lines(records: list[dict[str, Any]], episodes: dict[str, Any], total_env_steps: int,
-                      unit: str = "steps", succeeded: str = "succeeded", reward: str = "reward") -> list[str]:
+                      unit: str = "steps", succeeded: str = "succeeded", reward: str = "reward",
+                      learned: bool = True) -> list[str]:
     """What the run achieved, in words, from its records and `EpisodeStats.state_dict()`.
 
     `unit`, `succeeded` and `reward` name a step, its success and the
     reward of a successful step for the environment ("programs", "ran",
-    "AUC" for DataSciCoding).
+    "AUC" for DataSciCoding); `learned` False says the updates changed
+    nothing (a run with `learn=False`).
     """
     if not records:
         return ["no PPO update finished."]
     last = records[-1]
     env_steps = int(last.get("env_steps", 0))
     where = "the run is complete" if env_steps >= total_env_steps else f"stopped early; total_env_steps is {total_env_steps}"
-    lines = [f"{int(last.get('update', len(records)))} PPO updates over {env_steps} env steps ({where})."]
+    updates = "PPO updates" if learned else "updates without learning (learn=False: the initial policy's actions)"
+    lines = [f"{int(last.get('update', len(records)))} {updates} over {env_steps} env steps ({where})."]
     returns = list(episodes.get("finished_returns", []))
     success = list(episodes.get("finished_success", []))
     if returns:

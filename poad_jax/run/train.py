@@ -148,6 +148,25 @@ def learn_from_rollout(config: ml_collections.ConfigDict, built: Built, update_f
     return state, metrics, batch, plans, {"behaviour": behaviour_seconds, "learner": time.perf_counter() - start}
 
 
+def learn_or_count(config: ml_collections.ConfigDict, built: Built, learner, state: TrainState, value_head,
+                   steps, next_prompts, sampler_since) -> tuple[TrainState, dict[str, Any], dict[str, float]]:
+    """One update (`learn_from_rollout`) with its record's fields (the learner's metrics, the batch's
+    and the cost's: `batch_record`) and seconds; with `learn=False` the update is only counted (the
+    policy stays as it started; no behaviour pass, no learner) and its fields are the sampler's
+    (`sampling_record`).  `learner` is (update_fn, its compile counter), `sampler_since` (the sampler,
+    its FLOP count before this update's rollout)."""
+    settings, (update_fn, update_compiles), (sampler, sampler_flops) = built.settings, learner, sampler_since
+    if not settings.learn:
+        state = dataclasses.replace(state, update_step=state.update_step + 1)
+        return state, sampling_record(steps, built.rollout, sampler, sampler_flops), {}
+    state, metrics, batch, plans, seconds = learn_from_rollout(config, built, update_fn, state, value_head, steps,
+                                                               next_prompts)
+    fields = {**{k: float(v) for k, v in metrics.items()},
+              **batch_record(settings, built.method, steps, built.rollout, batch, sampler, sampler_flops,
+                             update_compiles(), plans)}
+    return state, fields, seconds
+
+
 def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, built: Built, envs: envs_py.VectorEnv,
           show_progress: bool = True, max_updates: int | None = None) -> RunResult:
     """The outer loop, from the last checkpoint (if any) to `total_env_steps`: each update
@@ -206,8 +225,8 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
             run_episodes = run_stats(collector.stats)
             progress.phase(f"update {update_in_flight}/{last_update}: learning")
             value_head = target_head if settings.critic.target_update_every > 0 else state.params["head"]
-            state, metrics, batch, plans, learn_seconds = learn_from_rollout(config, built, update_fn, state,
-                                                                             value_head, steps, next_prompts)
+            state, learned, learn_seconds = learn_or_count(config, built, (update_fn, update_compiles), state,
+                                                           value_head, steps, next_prompts, (sampler, sampler_flops))
             seconds = {"sampling": collector.timings["sampling"] - before["sampling"],
                        "env": collector.timings["env"] - before["env"], **learn_seconds}
             update = int(state.update_step)
@@ -215,10 +234,7 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
                 target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
             record = {"update": update, "env_steps": collector.env_steps,
                       **episode_summary(run_episodes, since=episodes_before),
-                      **step_summary(run_episodes, counters_before),
-                      **{k: float(v) for k, v in metrics.items()},
-                      **batch_record(settings, method, steps, rconfig, batch, sampler, sampler_flops, update_compiles(),
-                                     plans),
+                      **step_summary(run_episodes, counters_before), **learned,
                       **{f"seconds_{phase}": value for phase, value in seconds.items()},
                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
             logger.log(record)
@@ -229,7 +245,7 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
                 checkpointer.save(update, state, checkpoint_meta(update, collector, envs, rollout_rng, records))
             if collector.env_steps >= total and placement.primary:
                 rundir.write_finished_marker(workdir, records[-1], total)
-            last_kl = record["approx_kl"]
+            last_kl = record.get("approx_kl")
             progress.show(run_logging.progress_postfix(run_episodes.state_dict(), last_kl,
                                                        nonfinite_steps=run_logging.count_nonfinite_steps(records)))
             nonfinite_streak = nonfinite_streak + 1 if record.get("nonfinite_steps") else 0
@@ -350,6 +366,16 @@ def batch_record(settings: Run, method: Method, steps: list[list[StepRecord]], r
     return {"actions_cut_off": sum(hosts.allgather_json(actions_cut_off(steps, rconfig))),
             "batch_prompt_len": int(batch.prompt_len), "batch_action_len": int(batch.action_len), **packed,
             **update_cost_record(settings, method, batch, sampler, sampler_flops_before, learner_compiles, plans)}
+
+
+def sampling_record(steps: list[list[StepRecord]], rconfig, sampler: Sampler,
+                    sampler_flops_before: int) -> dict[str, int]:
+    """An update's fields when the run does not learn (`learn=False`): the actions the token limit cut
+    off (all processes'), the sampler's compilations so far and the matmul FLOPs of its calls since
+    `sampler_flops_before` (this process's)."""
+    return {"actions_cut_off": sum(hosts.allgather_json(actions_cut_off(steps, rconfig))),
+            "compiles_sampler": int(sampler.compile_count),
+            "flops_sampler": int(sampler.matmul_flops - sampler_flops_before)}
 
 
 def update_cost_record(settings: Run, method: Method, batch: TokenBatch, sampler: Sampler,

@@ -160,6 +160,9 @@ class Run:
     env: Env = section(Env, "the environment")
     rollout: RolloutConfig = inline(RolloutConfig, "how rollouts are collected (agent/rollout_config.py)")
     total_env_steps: int = setting(6_000, "env steps the run trains for", at_least(1))
+    learn: bool = setting(
+        True, "False: the run samples and steps its envs as training does but never updates, so every action "
+        "is the initial policy's (a baseline to set a trained run beside; no behaviour pass, no learner)")
     prompt_bucket_step: int = setting(
         layout.PROMPT_BUCKET_STEP, "prompts pad to the next multiple of it up to 256, then to a coarse ladder "
         "(core/layout.py); 0: the powers of two 32 to 256",
