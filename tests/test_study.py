@@ -749,7 +749,7 @@ def test_the_dynamics_table_reads_kl_entropy_skips_and_time_per_update(tmp_path)
     """Median and max approx KL, the entropy at the first, half-way and last update, the critic's median and
     min explained variance (an update without it skipped), skipped minibatch
     steps out of all (10 per update here, recovered from the skipped fraction), the median time per
-    update: against NumPy over the same fake records; cells without approx_kl get no row."""
+    update: against NumPy over the same fake records; cells without approx_kl get no row, and a line names them."""
     study = spec.load_study(write_study(tmp_path, updates=5, seeds=(0,)))
     workdir = tmp_path / "runs"
     rng = np.random.default_rng(3)
@@ -775,6 +775,8 @@ def test_the_dynamics_table_reads_kl_entropy_skips_and_time_per_update(tmp_path)
     lines = [line for line in (workdir / "report.md").read_text().splitlines() if line.count("|") == 8]
     rows = [line.split("|")[1].strip() for line in lines if "->" in line and "__seed=" in line]
     assert rows == ["POAD__seed=0"]
+    unlearned = [line for line in (workdir / "report.md").read_text().splitlines() if "No learner ran" in line]
+    assert len(unlearned) == 1 and "NTPO__seed=0" in unlearned[0] and "POAD__seed=0" not in unlearned[0]
     assert f"| 0.300 (-3.500) | 10 of 50 | {scheduler.format_seconds(np.median(seconds.sum(axis=1)))} |" in "".join(lines)
     assert report.training_dynamics([{k: v for k, v in r.items() if k != "approx_kl"} for r in records]) is None
 

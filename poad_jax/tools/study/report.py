@@ -437,16 +437,19 @@ def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
     """Markdown lines, one row per cell with PPO diagnostics: median (max) per-update approx KL, the
     entropy's path, the critic's median (min) explained variance, minibatch steps skipped by the KL
     threshold, median time per update; then a warning naming the cells whose policy loss was exactly 0
-    in every update although they had advantages (`Dynamics.no_policy_gradient`); [] without any row."""
+    in every update although they had advantages (`Dynamics.no_policy_gradient`), and a line naming the
+    cells that logged updates without a learner's (a run with `learn=False`); [] without any row."""
     lines = ["Training dynamics per cell (approx KL and entropy as the learner logs them: per token for "
              "token-level methods, per action for TWOSOME):", "",
              "| cell | updates | median (max) approx KL | entropy: first -> half-way -> last update | "
              "critic's explained variance: median (min) | minibatch steps skipped | median time per update |",
              "|" + "---|" * 7]
-    rows, flat = 0, []
+    rows, flat, unlearned = 0, [], []
     for cell in seed_major(grid(study), study.seeds):
-        row = training_dynamics(read_records(workdir / "cells" / cell.name))
+        records = read_records(workdir / "cells" / cell.name)
+        row = training_dynamics(records)
         if row is None:
+            unlearned += [cell.name] if records else []
             continue
         rows += 1
         flat += [cell.name] if row.no_policy_gradient else []
@@ -460,6 +463,9 @@ def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
                   "although the advantages were not (normalised away, e.g. one row per loss chunk; "
                   "docs/adrl_parity.md), so the actor moved by its entropy bonus alone and these cells say "
                   "nothing about their method."]
+    if unlearned:
+        lines += ["", f"No learner ran in {', '.join(unlearned)}: their updates log no approx KL (a run with "
+                  "`learn=False` samples from its initial policy throughout)."]
     return lines if rows else []
 
 
