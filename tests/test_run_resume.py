@@ -114,6 +114,11 @@ def test_config_differences_classifies_fields():
     refused, safe = rundir.config_differences(stored, new)
     assert refused == ["method", "ppo.actor_lr"]
     assert safe == {"total_env_steps": [10, 20], "mesh.data": [1, 2], "added": [None, 1]}
+    # a setting the stored config predates stands at its default there: the default is no change, another
+    # value one like any other
+    assert rundir.config_differences(stored, {**stored, "learn": True}) == ([], {})
+    assert rundir.config_differences(stored, {**stored, "learn": False})[0] == ["learn"]
+    assert rundir.config_differences(stored, {**stored, "plot": False}) == ([], {"plot": [True, False]})
 
 
 # ---------------------------------------------------------------------------

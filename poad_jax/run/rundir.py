@@ -57,10 +57,14 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def config_differences(stored: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], dict[str, list]]:
     """(names of changed fields that change what the checkpoints mean, {resumable name: [old, new]}).
 
-    A field absent from the stored config (added to the code since) counts
-    as resumable: its default describes the old run.
+    A setting absent from the stored config (added to the code since) stands at
+    its default there: the default describes the old run, so a new value that
+    differs from it is a change like any other (`learn=False` in a run that
+    learned is refused).  A field that is not a setting at all counts as resumable.
     """
-    old_flat, new_flat = flatten(stored), flatten(new)
+    recorded, new_flat = flatten(stored), flatten(new)
+    defaults = flatten(config_as_json(config_lib.default_config()))
+    old_flat = {**{name: value for name, value in defaults.items() if name in new_flat}, **recorded}
     refused, safe = [], {}
     for name in sorted(set(old_flat) | set(new_flat)):
         old, value = old_flat.get(name, None), new_flat.get(name, None)
