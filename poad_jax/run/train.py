@@ -363,28 +363,26 @@ def batch_record(settings: Run, method: Method, steps: list[list[StepRecord]], r
     learner's packed length), and its cost (`update_cost_record`)."""
     packed = {} if plans is None or plans.learner is None else {
         "batch_prefix_len": plans.learner.prefix_len, "batch_packed_len": plans.learner.packed_len}
-    return {"actions_cut_off": sum(hosts.allgather_json(actions_cut_off(steps, rconfig))),
+    return {**sampling_record(steps, rconfig, sampler, sampler_flops_before),
             "batch_prompt_len": int(batch.prompt_len), "batch_action_len": int(batch.action_len), **packed,
-            **update_cost_record(settings, method, batch, sampler, sampler_flops_before, learner_compiles, plans)}
+            **update_cost_record(settings, method, batch, sampler, learner_compiles, plans)}
 
 
 def sampling_record(steps: list[list[StepRecord]], rconfig, sampler: Sampler,
                     sampler_flops_before: int) -> dict[str, int]:
-    """An update's fields when the run does not learn (`learn=False`): the actions the token limit cut
-    off (all processes'), the sampler's compilations so far and the matmul FLOPs of its calls since
-    `sampler_flops_before` (this process's)."""
+    """An update's rollout fields (all of them when the run does not learn, `learn=False`): the actions
+    the token limit cut off (all processes'), the sampler's compilations so far and the matmul FLOPs of
+    its calls since `sampler_flops_before` (this process's)."""
     return {"actions_cut_off": sum(hosts.allgather_json(actions_cut_off(steps, rconfig))),
             "compiles_sampler": int(sampler.compile_count),
             "flops_sampler": int(sampler.matmul_flops - sampler_flops_before)}
 
 
 def update_cost_record(settings: Run, method: Method, batch: TokenBatch, sampler: Sampler,
-                       sampler_flops_before: int, learner_compiles: int,
-                       plans: PrefixPlans | None = None) -> dict[str, int]:
-    """An update's cost fields: the compilations so far (`compiles_*`) and the matmul FLOPs
-    (`flops_*`, `poad_jax.core.flops`) of its sampler calls (this process's: the sampler's count
-    since `sampler_flops_before`), its behaviour pass and its learner update (the whole batch's),
-    over the packed rows where `plans` packed them."""
+                       learner_compiles: int, plans: PrefixPlans | None = None) -> dict[str, int]:
+    """An update's learning cost fields: the learner's compilations so far and the matmul FLOPs
+    (`poad_jax.core.flops`) of its behaviour pass and its learner update (the whole batch's), over
+    the packed rows where `plans` packed them (the sampler's are `sampling_record`'s)."""
     plans = PrefixPlans(None, None, None) if plans is None else plans
 
     def passes_over(plan):
@@ -400,6 +398,5 @@ def update_cost_record(settings: Run, method: Method, batch: TokenBatch, sampler
         remat=settings.remat, epochs=settings.ppo.epochs,
         sampler_logprobs=settings.rollout.behaviour_logprobs == "sampler", behaviour_passes=behaviour_passes,
         bootstrap=bootstrap, reference_logprobs=settings.ppo.ref_kl_coef > 0)
-    return {"compiles_learner": int(learner_compiles), "compiles_sampler": int(sampler.compile_count),
-            "flops_sampler": int(sampler.matmul_flops - sampler_flops_before),
+    return {"compiles_learner": int(learner_compiles),
             "flops_behaviour": counted["behaviour"], "flops_learner": counted["learner"]}
