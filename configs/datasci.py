@@ -17,7 +17,10 @@ env steps (`--config.total_env_steps=192`, 40-70 minutes on that CPU): a
 policy whose programs run more often (81 of the last 96 ran, against 59)
 and score as well (mean ROC AUC 0.82 of those that ran); not a better best
 program: every one of those cells' best was the LogisticRegression the
-model wrote at env step 1 (0.8834).
+model wrote at env step 1 (0.8834). At these settings, five seeds each
+(docs/results/datasci_methods.md): POAD 0.58 ± 0.21 on that measure, NTPO
+-0.44 ± 0.49, GRPO (`--config.method=grpo`) 0.83 ± 0.02, the steadiest
+and the cheapest (no critic); GRPO and POAD are not ordered by its rule.
 configs/datasci_smollm2.py is a quick smoke run with SmolLM2-135M-Instruct;
 configs/datasci_qwen.py the preset of studies/datasci_qwen.py.  Paper scale
 (a GPU): --config.num_threads=4 --config.rollout_length=8 --config.total_env_steps=10000.
