@@ -21,6 +21,9 @@ model wrote at env step 1 (0.8834). At these settings, five seeds each
 (docs/results/datasci_methods.md): POAD 0.58 ± 0.21 on that measure, NTPO
 -0.44 ± 0.49, GRPO (`--config.method=grpo`) 0.83 ± 0.02, the steadiest
 and the cheapest (no critic); GRPO and POAD are not ordered by its rule.
+On the other datasets (`--config.env.name=datasci/breast_w`, ...; one seed
+each, docs/results/datasci_datasets.md) the same holds: programs run more
+often than the untrained model's, the best program is level with its best.
 configs/datasci_smollm2.py is a quick smoke run with SmolLM2-135M-Instruct;
 configs/datasci_qwen.py the preset of studies/datasci_qwen.py.  Paper scale
 (a GPU): --config.num_threads=4 --config.rollout_length=8 --config.total_env_steps=10000.
