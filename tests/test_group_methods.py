@@ -28,13 +28,14 @@ from flax import nnx
 import envs_py
 from envs_py.base import Observation
 from envs_py.toy import DecisiveTokenEnv
-from poad_jax.agent.experience import behaviour_statistics, make_token_batch, pack_batch
+from poad_jax.agent.experience import behaviour_statistics, groups_with_signal, make_token_batch, pack_batch
 from poad_jax.agent.learner import compute_advantages, init_train_state, jit_update
 from poad_jax.agent.methods import GroupRelative, make_method
 from poad_jax.agent.rollout import RolloutCollector, merged_actor
 from poad_jax.core.policy import ValueHead, split_policy
 from poad_jax.models.tiny import tiny_random_model
 from poad_jax.run import cli as train_cli
+from poad_jax.run import train as train_lib
 from poad_jax.run import config as config_lib
 from poad_jax.run.config import learner_config, rollout_config
 from poad_jax.sampling import Sampler
@@ -60,7 +61,16 @@ class UnrepeatableReset(DecisiveTokenEnv):
         return Observation(f"{observation.text} ({random.random():.6f})", observation.actions)
 
 
+class NeverRewarded(DecisiveTokenEnv):
+    """The toy task with no reward on any door: every group's returns are equal."""
+
+    def step(self, action):
+        result = super().step(action)
+        return dataclasses.replace(result, reward=0.0)
+
+
 envs_py.register("test/varying_length", f"{__name__}:VaryingLength", "(tests)")
+envs_py.register("test/never_rewarded", f"{__name__}:NeverRewarded", "(tests)")
 envs_py.register("test/unrepeatable_reset", f"{__name__}:UnrepeatableReset", "(tests)")
 
 
@@ -133,6 +143,49 @@ def test_the_batch_carries_the_group_advantages_on_every_token_of_each_real_row(
     per_token = np.broadcast_to(arrays["advantages"][:, None], mask.shape)
     np.testing.assert_array_equal(np.asarray(advantages)[mask], per_token[mask])
     assert not np.asarray(advantages)[~mask].any() and not np.asarray(returns).any()
+
+
+@pytest.mark.parametrize("method_name", ["grpo", "gigpo"])
+@pytest.mark.parametrize("rewarded_threads, expected", [
+    ((), 0), ((0, 1, 2, 3), 0), ((0,), 1), ((1, 2), 2), ((0, 1, 2), 1),
+], ids=["none", "all", "one-in-group-0", "one-in-each", "group-0-alike"])
+def test_groups_with_signal_counts_the_groups_whose_advantages_are_not_all_zero(method_name, rewarded_threads,
+                                                                                expected):
+    *_, method, _, _, collector, _ = group_rollout(method_name, length=1, env="test/never_rewarded")
+    steps, _ = collector.collect(jax.random.key(0))
+    for b, record in enumerate(steps[0]):
+        record.reward = float(b in rewarded_threads)
+    # the reference: a group (threads 2g, 2g + 1, one step each) has signal iff its two returns differ
+    returns = [float(b in rewarded_threads) for b in range(4)]
+    reference = sum(returns[2 * g] != returns[2 * g + 1] for g in range(2))
+    assert reference == expected
+    assert groups_with_signal(steps, method) == (expected, 2)
+
+
+def test_a_group_run_without_differing_returns_says_so_once_and_counts_across_a_resume(capsys, tmp_path,
+                                                                                       monkeypatch):
+    monkeypatch.setattr(train_lib, "SILENT_GROUP_UPDATES", 2)
+    config = toy_group_config("grpo", updates=2, **{"env.name": "test/never_rewarded"})
+    capsys.readouterr()
+    assert train_cli.main(config, tmp_path / "w", compilation_cache=False, show_progress=False) == 0
+    records = [json.loads(line) for line in (tmp_path / "w" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["groups_with_signal"], r["groups"]) for r in records] == [(0, 1), (0, 1)]  # one group of 4
+    assert all(r["advantage_mean"] == 0.0 for r in records)
+    out, err = capsys.readouterr()
+    warnings = [line for line in err.splitlines() if line.startswith("warning: grpo")]
+    assert len(warnings) == 1, warnings
+    assert "why: in none of the 2 updates did an episode group have trajectories whose returns differ" in out
+    assert "larger learning rate (ppo.actor_lr)" not in out
+    assert "in the last 2 updates no episode group had trajectories whose returns differ" in warnings[0]
+    assert "only the entropy bonus moves the policy" in warnings[0] and "--config.rollout_length" in warnings[0]
+    # resumed past the streak: no second warning; a streak that started before the checkpoint counts on
+    assert train_lib.trailing_silent_updates(records) == 2
+    assert train_cli.main(toy_group_config("grpo", updates=3, **{"env.name": "test/never_rewarded"}),
+                          tmp_path / "w", compilation_cache=False, show_progress=False) == 0
+    assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: grpo")]
+    assert train_lib.trailing_silent_updates([{"groups_with_signal": 0}, {"groups_with_signal": 1},
+                                              {"groups_with_signal": 0}]) == 1
+    assert train_lib.trailing_silent_updates([{"approx_kl": 0.1}]) == 0  # not a group method's record
 
 
 def test_an_update_trains_the_actor_and_leaves_the_value_head_as_it_was():

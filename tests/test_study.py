@@ -803,6 +803,28 @@ def test_the_dynamics_table_names_cells_whose_policy_loss_is_zero_in_every_updat
     assert len(flagged) == 1 and "POAD__seed=0" in flagged[0] and "NTPO__seed=0" not in flagged[0]
 
 
+def test_the_dynamics_table_names_cells_whose_advantages_are_zero_in_every_update(tmp_path):
+    """Every advantage 0 in every update (a group method's groups_with_signal 0 throughout, or, in
+    records without it, advantage_mean exactly 0 throughout) is named under the dynamics table; one
+    update with signal, or no logged advantages, clears it."""
+    study = spec.load_study(write_study(tmp_path, updates=4, seeds=(0,)))
+    workdir = tmp_path / "runs"
+    base = [{"update": u + 1, "env_steps": 16 * (u + 1), "episodes": u, "episode_return": 0.0,
+             "approx_kl": 1e-4, "entropy": 2.0, "policy_loss": 0.0, "advantage_mean": 0.0} for u in range(4)]
+    silent_groups = [{**r, "groups_with_signal": 0, "groups": 1} for r in base]
+    one_signal = [{**r, "groups_with_signal": int(r["update"] == 3), "groups": 1} for r in base]
+    moved = [{**r, "advantage_mean": 0.0 if r["update"] < 4 else 1e-7} for r in base]
+    unlogged = [{k: v for k, v in r.items() if k != "advantage_mean"} for r in base]
+    assert report.training_dynamics(base).no_advantage and report.training_dynamics(silent_groups).no_advantage
+    for records in (one_signal, moved, unlogged):
+        assert not report.training_dynamics(records).no_advantage
+    _fake_cell(workdir, "POAD__seed=0", silent_groups, "done")
+    _fake_cell(workdir, "NTPO__seed=0", one_signal, "done")
+    report.write_report(study, workdir)
+    flagged = [line for line in (workdir / "report.md").read_text().splitlines() if "Every advantage 0" in line]
+    assert len(flagged) == 1 and "POAD__seed=0" in flagged[0] and "NTPO__seed=0" not in flagged[0]
+
+
 
 def test_a_reference_option_sets_published_numbers_beside_the_groups_and_bad_ones_fail_at_load(tmp_path):
     """Report option `reference` (e.g. the paper's Appendix H): a column of the group table (a range, a

@@ -62,6 +62,11 @@ def advice_lines(config: config_lib.Run, episodes: dict[str, Any],
                     "programs run before training)."]
         return ["try: read the failures above; more sampling.max_new_tokens if programs are cut off, "
                 "or a longer run (--config.total_env_steps)."]
+    if records and all(record.get("groups_with_signal") == 0 for record in records):
+        return [f"why: in none of the {len(records)} updates did an episode group have trajectories whose returns "
+                "differ, so every advantage was 0 and the policy loss had no gradient (a larger learning rate "
+                "would not help); try longer episodes (--config.rollout_length), more trajectories per group "
+                "(--config.num_threads, --config.group.size) or a method with a critic (--config.method=poad)."]
     return ["try: a longer run (--config.total_env_steps) or a larger learning rate (ppo.actor_lr)."]
 
 

@@ -10,6 +10,7 @@ moves only with env steps.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any
@@ -74,6 +75,13 @@ class RunProgress:
             self._postfix = {str(k): str(v) for k, v in postfix.items()}
         self._draw(steps)
 
+    def note(self, text: str) -> None:
+        """Writes `text` as a line of its own above the bar (a warning that must not be drawn over)."""
+        from tqdm import tqdm
+
+        with self._lock:
+            tqdm.write(text, file=sys.stderr)
+
     def close(self) -> None:
         """Stops the ticker and closes the bar, drawn a last time without the phase."""
         with self._lock:
@@ -94,6 +102,10 @@ class NoProgress:
 
     def advance(self, steps: int, postfix: dict[str, Any] | None = None) -> None:
         del steps, postfix
+
+    def note(self, text: str) -> None:
+        """A warning still reaches the user without a bar: one line on stderr."""
+        print(text, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         pass

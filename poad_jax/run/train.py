@@ -24,6 +24,7 @@ above (Orbax checkpoints are saved and restored by all).
 from __future__ import annotations
 
 import dataclasses
+import math
 import pathlib
 import resource
 import shutil
@@ -36,7 +37,7 @@ import jax.numpy as jnp
 import ml_collections
 
 import envs_py
-from poad_jax.agent.experience import PrefixPlans, behaviour_statistics, make_token_batch
+from poad_jax.agent.experience import PrefixPlans, behaviour_statistics, groups_with_signal, make_token_batch
 from poad_jax.agent.methods import Method
 from poad_jax.agent.episodes import episode_summary, step_summary
 from poad_jax.agent.learner import TrainState
@@ -204,6 +205,7 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
         last_update = final_update(settings, int(state.update_step), collector.env_steps, total)
         last_kl: float | None = None
         nonfinite_streak = trailing_nonfinite_updates(records)
+        silent_streak = trailing_silent_updates(records)
         updates_this_call = 0
         while collector.env_steps < total and (max_updates is None or updates_this_call < max_updates):
             before, sampler_flops = dict(collector.timings), sampler.matmul_flops
@@ -248,6 +250,9 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
             last_kl = record.get("approx_kl")
             progress.show(run_logging.progress_postfix(run_episodes.state_dict(), last_kl,
                                                        nonfinite_steps=run_logging.count_nonfinite_steps(records)))
+            silent_streak = silent_streak + 1 if record.get("groups_with_signal") == 0 else 0
+            if silent_streak == SILENT_GROUP_UPDATES and placement.primary:
+                progress.note(silent_groups_warning(settings, silent_streak, record))
             nonfinite_streak = nonfinite_streak + 1 if record.get("nonfinite_steps") else 0
             if nonfinite_streak >= settings.max_nonfinite_updates:
                 raise NonFiniteUpdatesError(nonfinite_stop_message(settings, record, nonfinite_streak, steps))
@@ -365,7 +370,47 @@ def batch_record(settings: Run, method: Method, steps: list[list[StepRecord]], r
         "batch_prefix_len": plans.learner.prefix_len, "batch_packed_len": plans.learner.packed_len}
     return {**sampling_record(steps, rconfig, sampler, sampler_flops_before),
             "batch_prompt_len": int(batch.prompt_len), "batch_action_len": int(batch.action_len), **packed,
+            **group_signal_record(method, steps),
             **update_cost_record(settings, method, batch, sampler, learner_compiles, plans)}
+
+
+def group_signal_record(method: Method, steps: list[list[StepRecord]]) -> dict[str, int]:
+    """A group method's update fields (all processes'; {} for the others): `groups`, its episode groups,
+    and `groups_with_signal`, those whose advantages are not all 0 (`groups_with_signal`)."""
+    if method.group is None:
+        return {}
+    counts = hosts.allgather_json(list(groups_with_signal(steps, method)))
+    return {"groups_with_signal": sum(k for k, _ in counts), "groups": sum(g for _, g in counts)}
+
+
+SILENT_GROUP_UPDATES = 10  # updates in a row without a group of differing returns before the run says so
+
+
+def trailing_silent_updates(records: list[dict[str, Any]]) -> int:
+    """How many of the last `records` in a row were a group method's updates whose every advantage was 0
+    (`groups_with_signal` 0; a resumed run goes on counting where the checkpoint left it)."""
+    count = 0
+    for record in reversed(records):
+        if record.get("groups_with_signal") != 0:
+            break
+        count += 1
+    return count
+
+
+def silent_groups_warning(settings: Run, streak: int, record: dict[str, Any]) -> str:
+    """One line: a group method's last `streak` updates had no episode group whose returns differ, so the
+    policy loss had no gradient; what moved the policy instead, and what finds a reward sooner."""
+    moved_by = [name for name, value in (("the entropy bonus", settings.ppo.ent_coef),
+                                         ("the KL penalty", settings.ppo.ref_kl_coef)) if value > 0]
+    returns = record.get("episode_return")
+    mean_return = f"; mean episode return {returns:.3f}" if isinstance(returns, float) and math.isfinite(returns) \
+        else ""
+    return (f"warning: {settings.method}: in the last {streak} updates no episode group had trajectories whose "
+            f"returns differ ({record['groups']} group(s) in update {record['update']}{mean_return}), so every "
+            f"advantage is 0, the policy loss has no gradient and only {' and '.join(moved_by) or 'nothing'} "
+            f"moves the policy. If no trajectory reaches a reward, longer episodes (--config.rollout_length, "
+            f"{settings.rollout.rollout_length} now), more trajectories per group (--config.num_threads, "
+            f"--config.group.size) or a method with a critic (--config.method=poad) can find one sooner")
 
 
 def sampling_record(steps: list[list[StepRecord]], rconfig, sampler: Sampler,

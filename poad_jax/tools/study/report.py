@@ -400,6 +400,7 @@ class Dynamics:
     steps: int  # minibatch steps in all (skipped ones included)
     median_seconds: float  # per update, sampling + env + behaviour + learner
     no_policy_gradient: bool = False  # advantages, yet the policy loss exactly 0 in every update
+    no_advantage: bool = False  # every advantage 0 in every update: no return differed from its baseline
 
 
 def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
@@ -409,7 +410,9 @@ def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
     over the updates with f_u > 0, else their count / f taken from any update's epochs x minibatches (None
     when the records carry no approx_kl).  no_policy_gradient: policy_loss_u == 0 exactly for every u
     that logged it although advantage_mean_u != 0 for some u (the advantages were normalised away; a run
-    with no reward yet, whose advantages are all 0, is not flagged)."""
+    with no reward yet, whose advantages are all 0, is not flagged).  no_advantage: that run, every
+    advantage 0 in every update: groups_with_signal_u == 0 for every u where a group method logged it, else
+    advantage_mean_u == 0 exactly for every u that logged one."""
     kept = [r for r in records if r.get("approx_kl") is not None and not math.isnan(float(r["approx_kl"]))]
     if not kept:
         return None
@@ -424,13 +427,16 @@ def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
     steps = per_update.pop() * len(kept) if len(per_update) == 1 else 0
     policy_losses = [float(r["policy_loss"]) for r in kept if r.get("policy_loss") is not None]
     advantages = any(float(r.get("advantage_mean") or 0.0) != 0.0 for r in kept)
+    signals = [r["groups_with_signal"] for r in kept if r.get("groups_with_signal") is not None]
+    logged = [r for r in kept if r.get("advantage_mean") is not None]
+    no_advantage = all(k == 0 for k in signals) if signals else bool(logged) and not advantages
     return Dynamics(updates=len(kept), median_kl=float(np.median(kl)), max_kl=float(kl.max()),
                     entropy=(entropy[0], entropy[(len(kept) - 1) // 2], entropy[-1]),
                     explained_variance=(float(np.median(variance)), float(variance.min())) if len(variance)
                     else (float("nan"), float("nan")), skipped=int(sum(skipped)),
                     steps=steps, median_seconds=float(np.median(seconds)),
                     no_policy_gradient=advantages and bool(policy_losses)
-                    and all(loss == 0.0 for loss in policy_losses))
+                    and all(loss == 0.0 for loss in policy_losses), no_advantage=no_advantage)
 
 
 def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
@@ -444,7 +450,7 @@ def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
              "| cell | updates | median (max) approx KL | entropy: first -> half-way -> last update | "
              "critic's explained variance: median (min) | minibatch steps skipped | median time per update |",
              "|" + "---|" * 7]
-    rows, flat, unlearned = 0, [], []
+    rows, flat, unlearned, silent = 0, [], [], []
     for cell in seed_major(grid(study), study.seeds):
         records = read_records(workdir / "cells" / cell.name)
         row = training_dynamics(records)
@@ -453,6 +459,7 @@ def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
             continue
         rows += 1
         flat += [cell.name] if row.no_policy_gradient else []
+        silent += [cell.name] if row.no_advantage else []
         skipped = f"{row.skipped} of {row.steps}" if row.steps else str(row.skipped)
         lines.append(f"| {cell.name} | {row.updates} | {row.median_kl:.2g} ({row.max_kl:.2g}) | "
                      + " -> ".join(f"{e:.2f}" for e in row.entropy)
@@ -463,6 +470,12 @@ def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
                   "although the advantages were not (normalised away, e.g. one row per loss chunk; "
                   "docs/adrl_parity.md), so the actor moved by its entropy bonus alone and these cells say "
                   "nothing about their method."]
+    if silent:
+        lines += ["", f"**Every advantage 0** in every update of {', '.join(silent)}: no trajectory's return "
+                  "differed from its baseline (for GRPO and GiGPO, no episode group had trajectories whose returns "
+                  "differ), so the policy loss had no gradient and only the entropy bonus or a KL penalty moved "
+                  "the actor; these cells show their method never met a reward it could learn from, not how it "
+                  "learns."]
     if unlearned:
         lines += ["", f"No learner ran in {', '.join(unlearned)}: their updates log no approx KL (a run with "
                   "`learn=False` samples from its initial policy throughout)."]
