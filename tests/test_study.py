@@ -807,7 +807,7 @@ def test_the_dynamics_table_names_cells_whose_advantages_are_zero_in_every_updat
     """Every advantage 0 in every update (a group method's groups_with_signal 0 throughout, or, in
     records without it, advantage_mean exactly 0 throughout) is named under the dynamics table; one
     update with signal, or no logged advantages, clears it."""
-    study = spec.load_study(write_study(tmp_path, updates=4, seeds=(0,)))
+    study = spec.load_study(write_study(tmp_path, updates=4, seeds=(0,), methods=("poad", "ntpo", "twosome")))
     workdir = tmp_path / "runs"
     base = [{"update": u + 1, "env_steps": 16 * (u + 1), "episodes": u, "episode_return": 0.0,
              "approx_kl": 1e-4, "entropy": 2.0, "policy_loss": 0.0, "advantage_mean": 0.0} for u in range(4)]
@@ -820,9 +820,13 @@ def test_the_dynamics_table_names_cells_whose_advantages_are_zero_in_every_updat
         assert not report.training_dynamics(records).no_advantage
     _fake_cell(workdir, "POAD__seed=0", silent_groups, "done")
     _fake_cell(workdir, "NTPO__seed=0", one_signal, "done")
+    _fake_cell(workdir, "TWOSOME__seed=0", silent_groups[:2], "running")  # not flagged before it ends
     report.write_report(study, workdir)
-    flagged = [line for line in (workdir / "report.md").read_text().splitlines() if "Every advantage 0" in line]
-    assert len(flagged) == 1 and "POAD__seed=0" in flagged[0] and "NTPO__seed=0" not in flagged[0]
+    text = (workdir / "report.md").read_text()
+    flagged = [line for line in text.splitlines() if "Every advantage 0" in line]
+    assert len(flagged) == 1 and "POAD__seed=0" in flagged[0]
+    assert "NTPO__seed=0" not in flagged[0] and "TWOSOME__seed=0" not in flagged[0]
+    assert "| TWOSOME__seed=0 (running) | 2 |" in text and "| POAD__seed=0 | 4 |" in text
 
 
 

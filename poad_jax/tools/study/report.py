@@ -443,8 +443,10 @@ def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
     """Markdown lines, one row per cell with PPO diagnostics: median (max) per-update approx KL, the
     entropy's path, the critic's median (min) explained variance, minibatch steps skipped by the KL
     threshold, median time per update; then a warning naming the cells whose policy loss was exactly 0
-    in every update although they had advantages (`Dynamics.no_policy_gradient`), and a line naming the
-    cells that logged updates without a learner's (a run with `learn=False`); [] without any row."""
+    in every update although they had advantages (`Dynamics.no_policy_gradient`), one naming those whose
+    every advantage was 0 (`Dynamics.no_advantage`; both of finished cells only: a running cell is marked
+    so in its row), and a line naming the cells that logged updates without a learner's (a run with
+    `learn=False`); [] without any row."""
     lines = ["Training dynamics per cell (approx KL and entropy as the learner logs them: per token for "
              "token-level methods, per action for TWOSOME):", "",
              "| cell | updates | median (max) approx KL | entropy: first -> half-way -> last update | "
@@ -458,10 +460,11 @@ def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
             unlearned += [cell.name] if records else []
             continue
         rows += 1
-        flat += [cell.name] if row.no_policy_gradient else []
-        silent += [cell.name] if row.no_advantage else []
+        finished = cell_finished(workdir / "cells" / cell.name, int(cell_config(study, cell).total_env_steps))
+        flat += [cell.name] if row.no_policy_gradient and finished else []
+        silent += [cell.name] if row.no_advantage and finished else []
         skipped = f"{row.skipped} of {row.steps}" if row.steps else str(row.skipped)
-        lines.append(f"| {cell.name} | {row.updates} | {row.median_kl:.2g} ({row.max_kl:.2g}) | "
+        lines.append(f"| {cell.name}{'' if finished else ' (running)'} | {row.updates} | {row.median_kl:.2g} ({row.max_kl:.2g}) | "
                      + " -> ".join(f"{e:.2f}" for e in row.entropy)
                      + f" | {_number(row.explained_variance[0])} ({_number(row.explained_variance[1])})"
                      + f" | {skipped} | {format_seconds(row.median_seconds)} |")
