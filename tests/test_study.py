@@ -827,6 +827,10 @@ def test_the_dynamics_table_names_cells_whose_advantages_are_zero_in_every_updat
     assert len(flagged) == 1 and "POAD__seed=0" in flagged[0]
     assert "NTPO__seed=0" not in flagged[0] and "TWOSOME__seed=0" not in flagged[0]
     assert "| TWOSOME__seed=0 (running) | 2 |" in text and "| POAD__seed=0 | 4 |" in text
+    critic = [{**r, "explained_variance": 0.5, "value_loss": 0.1} for r in base]
+    no_critic = [{**r, "explained_variance": 0.0, "value_loss": 0.0} for r in base]  # as GRPO logs them
+    assert report.training_dynamics(critic).explained_variance == (0.5, 0.5)
+    assert all(math.isnan(v) for v in report.training_dynamics(no_critic).explained_variance)
 
 
 

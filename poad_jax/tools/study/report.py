@@ -404,15 +404,16 @@ class Dynamics:
 
 
 def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
-    """Medians and extremes over updates u of approx_kl_u, of the critic's explained_variance_u and of
-    t_u = sum_phase seconds_phase,u; entropy at updates 1, ceil(U / 2), U; skipped = sum_u
-    skipped_minibatches_u and, with f_u = skipped_u their fraction, steps = sum_u skipped_minibatches_u / f_u
-    over the updates with f_u > 0, else their count / f taken from any update's epochs x minibatches (None
-    when the records carry no approx_kl).  no_policy_gradient: policy_loss_u == 0 exactly for every u
-    that logged it although advantage_mean_u != 0 for some u (the advantages were normalised away; a run
-    with no reward yet, whose advantages are all 0, is not flagged).  no_advantage: that run, every
-    advantage 0 in every update: groups_with_signal_u == 0 for every u where a group method logged it, else
-    advantage_mean_u == 0 exactly for every u that logged one."""
+    """Medians and extremes over updates u of approx_kl_u, of the critic's explained_variance_u (none
+    when value_loss_u is 0 in every update: no critic trained) and of t_u = sum_phase seconds_phase,u;
+    entropy at updates 1, ceil(U / 2), U; skipped = sum_u skipped_minibatches_u and, with f_u =
+    skipped_u their fraction, steps = sum_u skipped_minibatches_u / f_u over the updates with f_u > 0,
+    else their count / f taken from any update's epochs x minibatches (None when the records carry no
+    approx_kl).  no_policy_gradient: policy_loss_u == 0 exactly for every u that logged it although
+    advantage_mean_u != 0 for some u (the advantages were normalised away; a run with no reward yet,
+    whose advantages are all 0, is not flagged).  no_advantage: that run, every advantage 0 in every
+    update: groups_with_signal_u == 0 for every u where a group method logged it, else advantage_mean_u
+    == 0 exactly for every u that logged one."""
     kept = [r for r in records if r.get("approx_kl") is not None and not math.isnan(float(r["approx_kl"]))]
     if not kept:
         return None
@@ -420,6 +421,9 @@ def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
     entropy = [float(r.get("entropy", float("nan"))) for r in kept]
     seconds = [sum(float(r.get(key) or 0.0) for key in PHASE_SECONDS) for r in kept]
     variance = np.array([float(r["explained_variance"]) for r in kept if r.get("explained_variance") is not None])
+    value_losses = [float(r["value_loss"]) for r in kept if r.get("value_loss") is not None]
+    if value_losses and all(loss == 0.0 for loss in value_losses):
+        variance = variance[:0]  # no critic trained (GRPO, GiGPO): its explained variance says nothing
     variance = variance[~np.isnan(variance)]
     skipped = [int(round(float(r.get("skipped_minibatches") or 0))) for r in kept]
     fractions = [float(r.get("skipped") or 0.0) for r in kept]
