@@ -376,7 +376,7 @@ def batch_record(settings: Run, method: Method, steps: list[list[StepRecord]], r
 
 def group_signal_record(method: Method, steps: list[list[StepRecord]]) -> dict[str, int]:
     """A group method's update fields (all processes'; {} for the others): `groups`, its episode groups,
-    and `groups_with_signal`, those whose advantages are not all 0 (`groups_with_signal`)."""
+    and `groups_with_signal`, those whose advantages are not all 0 (`experience.groups_with_signal`)."""
     if method.group is None:
         return {}
     counts = hosts.allgather_json(list(groups_with_signal(steps, method)))
