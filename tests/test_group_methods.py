@@ -151,15 +151,16 @@ def test_the_batch_carries_the_group_advantages_on_every_token_of_each_real_row(
 ], ids=["none", "all", "one-in-group-0", "one-in-each", "group-0-alike"])
 def test_groups_with_signal_counts_the_groups_whose_advantages_are_not_all_zero(method_name, rewarded_threads,
                                                                                 expected):
-    *_, method, _, _, collector, _ = group_rollout(method_name, length=1, env="test/never_rewarded")
-    steps, _ = collector.collect(jax.random.key(0))
+    *_, method, config, _, collector, tokenizer = group_rollout(method_name, length=1, env="test/never_rewarded")
+    steps, next_prompts = collector.collect(jax.random.key(0))
     for b, record in enumerate(steps[0]):
         record.reward = float(b in rewarded_threads)
     # the reference: a group (threads 2g, 2g + 1, one step each) has signal iff its two returns differ
     returns = [float(b in rewarded_threads) for b in range(4)]
     reference = sum(returns[2 * g] != returns[2 * g + 1] for g in range(2))
     assert reference == expected
-    assert groups_with_signal(steps, method) == (expected, 2)
+    advantages = pack_batch(steps, next_prompts, method, config, tokenizer.pad_token_id)[0]["advantages"]
+    assert groups_with_signal(advantages, 2, 1) == (expected, 2)
 
 
 def test_a_group_run_without_differing_returns_says_so_once_and_counts_across_a_resume(capsys, tmp_path,

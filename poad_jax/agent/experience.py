@@ -89,17 +89,16 @@ def pack_group_advantages(rows: list[StepRecord], rollout_length: int, method: M
     return advantages
 
 
-def groups_with_signal(steps: list[list[StepRecord]], method: Method) -> tuple[int, int]:
-    """(k, G) for a group method's rollout `steps[t][b]`: of its G episode groups (`method.group.size`
-    threads each), the k in which some real step row has a non-zero advantage (`pack_group_advantages`).
+def groups_with_signal(advantages: np.ndarray, group_size: int, rollout_length: int) -> tuple[int, int]:
+    """(k, G) for a group method's packed `[N]` advantages (`pack_group_advantages`, thread-major: episode
+    group g is the rows of threads `g * group_size ... (g + 1) * group_size - 1`): of the G groups, the k in
+    which some row has a non-zero advantage.
 
     A group whose trajectories all earned the same returns (every one failed, or every one
     succeeded; for GiGPO also every anchor state's returns equal) has advantage 0 on every row:
     the policy loss takes no gradient from it.
     """
-    rollout_length, num_threads = len(steps), len(steps[0])
-    advantages = pack_group_advantages(thread_major_rows(steps), rollout_length, method)
-    per_group = advantages.reshape(num_threads // method.group.size, method.group.size * rollout_length)
+    per_group = np.asarray(advantages).reshape(-1, group_size * rollout_length)
     return int(np.count_nonzero(np.any(per_group != 0.0, axis=1))), int(per_group.shape[0])
 
 

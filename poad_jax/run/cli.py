@@ -41,7 +41,7 @@ from poad_jax.run import metrics as run_logging
 from poad_jax.run.config import load_config_file, one_line, split_config_argument
 from poad_jax.run.entry import EXIT_INTERRUPTED, restore_ctrl_c
 from poad_jax.run.rundir import check_cache_dir, default_workdir
-from poad_jax.run.train import NonFiniteUpdatesError, RunResult, TrainError, run
+from poad_jax.run.train import NonFiniteUpdatesError, RunResult, TrainError, reward_remedies, run
 
 
 def advice_lines(config: config_lib.Run, episodes: dict[str, Any],
@@ -64,9 +64,8 @@ def advice_lines(config: config_lib.Run, episodes: dict[str, Any],
                 "or a longer run (--config.total_env_steps)."]
     if records and all(record.get("groups_with_signal") == 0 for record in records):
         return [f"why: in none of the {len(records)} updates did an episode group have trajectories whose returns "
-                "differ, so every advantage was 0 and the policy loss had no gradient (a larger learning rate "
-                "would not help); try longer episodes (--config.rollout_length), more trajectories per group "
-                "(--config.num_threads, --config.group.size) or a method with a critic (--config.method=poad)."]
+                f"differ, so every advantage was 0 and the policy loss had no gradient (a larger learning rate "
+                f"would not help); try {reward_remedies(config)}."]
     return ["try: a longer run (--config.total_env_steps) or a larger learning rate (ppo.actor_lr)."]
 
 

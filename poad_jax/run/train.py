@@ -131,11 +131,12 @@ def learn_from_rollout(config: ml_collections.ConfigDict, built: Built, update_f
     """One rollout's learning: its padded arrays, the behaviour pass (old log-probs and values under the
     current actor and `value_head`), the TokenBatch and one compiled PPO update.  Returns the new state, the
     update's metrics on the host, the batch, the prefix plans and the seconds of the behaviour pass and the
-    learner (`state` is donated to the update)."""
+    learner, and the batch's group signal (`group_signal_record`) (`state` is donated to the update)."""
     method, placement = built.method, built.placement
     start = time.perf_counter()
     arrays, next_arrays = placement.batch_arrays(steps, next_prompts, method, built.rollout,
                                                  built.tokenizer.pad_token_id)
+    signal = group_signal_record(method, arrays, len(steps))
     plans = placement.prefix_plans(arrays, next_arrays, method, config)
     stats = behaviour_statistics(built.graph, built.frozen, state.params, value_head, arrays, next_arrays,
                                  method=method, temperature=built.learner.temperature,
@@ -146,7 +147,8 @@ def learn_from_rollout(config: ml_collections.ConfigDict, built: Built, update_f
     behaviour_seconds, start = time.perf_counter() - start, time.perf_counter()
     state, metrics = update_fn(state, built.frozen, batch)
     metrics = jax.device_get(hosts.local_copy(metrics))
-    return state, metrics, batch, plans, {"behaviour": behaviour_seconds, "learner": time.perf_counter() - start}
+    seconds = {"behaviour": behaviour_seconds, "learner": time.perf_counter() - start}
+    return state, metrics, batch, plans, seconds, signal
 
 
 def learn_or_count(config: ml_collections.ConfigDict, built: Built, learner, state: TrainState, value_head,
@@ -160,9 +162,9 @@ def learn_or_count(config: ml_collections.ConfigDict, built: Built, learner, sta
     if not settings.learn:
         state = dataclasses.replace(state, update_step=state.update_step + 1)
         return state, sampling_record(steps, built.rollout, sampler, sampler_flops), {}
-    state, metrics, batch, plans, seconds = learn_from_rollout(config, built, update_fn, state, value_head, steps,
-                                                               next_prompts)
-    fields = {**{k: float(v) for k, v in metrics.items()},
+    state, metrics, batch, plans, seconds, signal = learn_from_rollout(config, built, update_fn, state, value_head,
+                                                                       steps, next_prompts)
+    fields = {**{k: float(v) for k, v in metrics.items()}, **signal,
               **batch_record(settings, built.method, steps, built.rollout, batch, sampler, sampler_flops,
                              update_compiles(), plans)}
     return state, fields, seconds
@@ -370,17 +372,17 @@ def batch_record(settings: Run, method: Method, steps: list[list[StepRecord]], r
         "batch_prefix_len": plans.learner.prefix_len, "batch_packed_len": plans.learner.packed_len}
     return {**sampling_record(steps, rconfig, sampler, sampler_flops_before),
             "batch_prompt_len": int(batch.prompt_len), "batch_action_len": int(batch.action_len), **packed,
-            **group_signal_record(method, steps),
             **update_cost_record(settings, method, batch, sampler, learner_compiles, plans)}
 
 
-def group_signal_record(method: Method, steps: list[list[StepRecord]]) -> dict[str, int]:
-    """A group method's update fields (all processes'; {} for the others): `groups`, its episode groups,
-    and `groups_with_signal`, those whose advantages are not all 0 (`experience.groups_with_signal`)."""
+def group_signal_record(method: Method, arrays: dict, rollout_length: int) -> dict[str, int]:
+    """A group method's update fields from its packed batch `arrays` ({} for the other methods; one process,
+    as `config.checks` requires): `groups`, its episode groups, and `groups_with_signal`, those whose
+    advantages are not all 0 (`experience.groups_with_signal`)."""
     if method.group is None:
         return {}
-    counts = hosts.allgather_json(list(groups_with_signal(steps, method)))
-    return {"groups_with_signal": sum(k for k, _ in counts), "groups": sum(g for _, g in counts)}
+    with_signal, groups = groups_with_signal(arrays["advantages"], method.group.size, rollout_length)
+    return {"groups_with_signal": with_signal, "groups": groups}
 
 
 SILENT_GROUP_UPDATES = 10  # updates in a row without a group of differing returns before the run says so
@@ -408,9 +410,13 @@ def silent_groups_warning(settings: Run, streak: int, record: dict[str, Any]) ->
     return (f"warning: {settings.method}: in the last {streak} updates no episode group had trajectories whose "
             f"returns differ ({record['groups']} group(s) in update {record['update']}{mean_return}), so every "
             f"advantage is 0, the policy loss has no gradient and only {' and '.join(moved_by) or 'nothing'} "
-            f"moves the policy. If no trajectory reaches a reward, longer episodes (--config.rollout_length, "
-            f"{settings.rollout.rollout_length} now), more trajectories per group (--config.num_threads, "
-            f"--config.group.size) or a method with a critic (--config.method=poad) can find one sooner")
+            f"moves the policy. If no trajectory reaches a reward, {reward_remedies(settings)} can find one sooner")
+
+
+def reward_remedies(settings: Run) -> str:
+    """What lets a group method meet a reward sooner, with this run's episode length."""
+    return (f"longer episodes (--config.rollout_length, {settings.rollout.rollout_length} now), more trajectories "
+            "per group (--config.num_threads, --config.group.size) or a method with a critic (--config.method=poad)")
 
 
 def sampling_record(steps: list[list[StepRecord]], rconfig, sampler: Sampler,

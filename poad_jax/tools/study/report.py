@@ -432,8 +432,8 @@ def training_dynamics(records: list[dict[str, Any]]) -> Dynamics | None:
     policy_losses = [float(r["policy_loss"]) for r in kept if r.get("policy_loss") is not None]
     advantages = any(float(r.get("advantage_mean") or 0.0) != 0.0 for r in kept)
     signals = [r["groups_with_signal"] for r in kept if r.get("groups_with_signal") is not None]
-    logged = [r for r in kept if r.get("advantage_mean") is not None]
-    no_advantage = all(k == 0 for k in signals) if signals else bool(logged) and not advantages
+    logged = any(r.get("advantage_mean") is not None for r in kept)
+    no_advantage = all(k == 0 for k in signals) if signals else logged and not advantages
     return Dynamics(updates=len(kept), median_kl=float(np.median(kl)), max_kl=float(kl.max()),
                     entropy=(entropy[0], entropy[(len(kept) - 1) // 2], entropy[-1]),
                     explained_variance=(float(np.median(variance)), float(variance.min())) if len(variance)
