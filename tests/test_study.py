@@ -834,6 +834,44 @@ def test_the_dynamics_table_names_cells_whose_advantages_are_zero_in_every_updat
 
 
 
+def test_the_report_names_finished_cells_that_logged_the_same_numbers(tmp_path):
+    """Finished cells whose every update logged the same values (timings, compile counts and memory
+    aside) are named together, each set once; one differing value anywhere, a missing key, or a cell
+    still running keeps a cell out; no such cells, no line."""
+    study = spec.load_study(write_study(tmp_path, updates=4, seeds=(0, 1), methods=("poad", "ntpo", "twosome")))
+    workdir = tmp_path / "runs"
+    rng = np.random.default_rng(5)
+    base = [{"update": u + 1, "env_steps": 16 * (u + 1), "episodes": u, "episode_return": 0.0,
+             "approx_kl": float(rng.uniform(1e-5, 1e-3)), "entropy": float(rng.uniform(0.1, 0.3))}
+            for u in range(4)]
+
+    def timed(records):  # other timings, compile counts and memory: still the same run
+        return [{**r, "seconds_learner": float(rng.uniform(1, 9)), "compiles_sampler": int(rng.integers(1, 5)),
+                 "peak_rss_mb": float(rng.uniform(900, 2000))} for r in records]
+
+    one_differs = [dict(r) for r in base]
+    one_differs[2]["entropy"] = np.nextafter(one_differs[2]["entropy"], 1.0)
+    _fake_cell(workdir, "POAD__seed=0", timed(base), "done")
+    _fake_cell(workdir, "NTPO__seed=0", timed(base), "done")
+    _fake_cell(workdir, "TWOSOME__seed=0", timed(one_differs), "done")
+    _fake_cell(workdir, "POAD__seed=1", timed(base)[:3], "running")
+    _fake_cell(workdir, "NTPO__seed=1", [{k: v for k, v in r.items() if k != "entropy"} for r in base], "done")
+    assert report.learning_numbers(timed(base)) == report.learning_numbers(base)
+    assert report.learning_numbers(one_differs) != report.learning_numbers(base)
+    lines = report.same_numbers_lines(study, workdir)
+    assert len(lines) == 1 and lines[0].startswith("**Same numbers** in POAD__seed=0 and NTPO__seed=0:")
+    for name in ("TWOSOME__seed=0", "POAD__seed=1", "NTPO__seed=1"):
+        assert name not in lines[0]
+    report.write_report(study, workdir)
+    assert lines[0] in (workdir / "report.md").read_text()
+    _fake_cell(workdir, "TWOSOME__seed=1", timed(base), "done")
+    assert "POAD__seed=0 and NTPO__seed=0 and TWOSOME__seed=1:" in report.same_numbers_lines(study, workdir)[0]
+    (workdir / "cells" / "NTPO__seed=0" / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in one_differs))
+    (workdir / "cells" / "TWOSOME__seed=1" / "cell.json").write_text(json.dumps({"status": "running"}))
+    lines = report.same_numbers_lines(study, workdir)  # POAD seed 0 alone now; NTPO seed 0 as TWOSOME's
+    assert len(lines) == 1 and lines[0].startswith("**Same numbers** in NTPO__seed=0 and TWOSOME__seed=0:")
+
 def test_a_reference_option_sets_published_numbers_beside_the_groups_and_bad_ones_fail_at_load(tmp_path):
     """Report option `reference` (e.g. the paper's Appendix H): a column of the group table (a range, a
     single value, "-" for a group it does not name) and dashed lines on the return figure; a malformed

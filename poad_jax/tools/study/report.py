@@ -489,6 +489,36 @@ def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
     return lines if rows else []
 
 
+MACHINERY_KEYS = ("seconds_", "compiles_", "peak_rss_mb")  # what the machine and the process change, not the run
+
+
+def learning_numbers(records: list[dict[str, Any]]) -> str:
+    """Every update's logged values but the machinery's (keys starting with one of `MACHINERY_KEYS`:
+    timings, compile counts, memory), as one canonical JSON text: equal texts, equal runs."""
+    return json.dumps([{k: v for k, v in r.items() if not k.startswith(MACHINERY_KEYS)} for r in records],
+                      sort_keys=True)
+
+
+def same_numbers_lines(study: Study, workdir: pathlib.Path) -> list[str]:
+    """Markdown lines naming the finished cells that logged the same learning numbers in every update
+    (`learning_numbers`) as another finished cell, each set of them once; [] when there are none.
+    Different settings with the same numbers mean the difference changed nothing in these runs: an
+    option without effect, a seed that reaches nothing random, or two methods that coincide (GRPO and
+    GiGPO while every advantage is 0)."""
+    runs: dict[str, list[str]] = {}
+    for cell in seed_major(grid(study), study.seeds):
+        cell_dir = workdir / "cells" / cell.name
+        records = read_records(cell_dir)
+        if records and cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps)):
+            runs.setdefault(learning_numbers(records), []).append(cell.name)
+    same = [names for names in runs.values() if len(names) > 1]
+    return [f"**Same numbers** in {' and '.join(names)}: every update logged the same value of every metric "
+            "(timings, compile counts and memory aside), so what their settings differ in changed nothing in "
+            "these runs (an option without effect here, a seed that reaches nothing random, or methods that "
+            "coincide on these runs, as GRPO and GiGPO do while every advantage is 0)."
+            for names in same]
+
+
 def _number(x: float) -> str:
     """A table cell: three decimals, or "-" for NaN."""
     return "-" if math.isnan(x) else f"{x:.3f}"
@@ -694,6 +724,9 @@ def build_report(study: Study, workdir: pathlib.Path, out: pathlib.Path) -> Repo
     dynamics = dynamics_table(study, workdir)
     if dynamics:
         sections.append(dynamics + (["", "![dynamics](dynamics.png)"] if moved else []))
+    same = same_numbers_lines(study, workdir)
+    if same:
+        sections.append([line for name_line in same for line in (name_line, "")][:-1])
     for section in (evaluation_section(study, workdir), actions_section(study, workdir, fraction),
                     best_programs_section(study, workdir)):
         if section:
