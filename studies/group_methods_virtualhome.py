@@ -36,6 +36,27 @@ success and to a success rate of 0.5 over 16 episodes, successful episodes
 with Wilson intervals, and the cost per env step (`bench e2e` against POAD
 on the same machine). The fresh seeds 3-4 are given apart, as in C.
 
+Amended 2026-11-29 (twenty-eighth session, after 7 cells had run and an
+eighth was running, all of seed 0, and before any cell of seeds 1-2; no setting changed): cells that
+are the same computation are not run twice. Until some trajectory earns a
+reward, every group-relative advantage is exactly 0, and then GiGPO's update
+is GRPO's (`method` selects the advantage function only), `mean_norm` is
+`mean_std_norm`, and two groups of two threads play what one group of four
+plays (food preparation resets to its one initial state whatever the seed:
+envs_py/virtualhome/env.py). So each seed's ten cells fall into three
+classes that coincide, bit for bit on one machine, until the first reward:
+GRPO's default (with GRPO mean_norm, GRPO groups of 2 and GiGPO's default,
+mean_norm and groups of 2), GRPO's 16-step episodes (with GiGPO's), and
+GRPO's KL 0.01 (with GiGPO's). Seed 0 runs in full, as the check (the
+report's "Same numbers" line names the cells that logged the same value of
+every metric in every update). From seed 1 on, each class's GRPO cell runs
+first (`--cells=GRPO__seed=1,...` names them), and the other cells of a
+class run only when its GRPO cell earned a reward in some update (a lent
+GPU, running every cell at once anyway, may run them all); otherwise they are not run, their numbers
+are that GRPO cell's, and the page says so. Step 2 alike: a cell of
+GiGPO's best variant on seeds 3-4 is not run where GRPO's cell of its class
+and seed has run and earned no reward.
+
 About 50-80 minutes a cell on a 2-core CPU with native bfloat16 (30 cells
 in step 1): a lent GPU runs step 1 in one pass (`bash scripts/gpu_studies.sh
 start --study=studies/group_methods_virtualhome.py --workers=30`).

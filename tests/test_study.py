@@ -865,7 +865,7 @@ def test_the_report_names_finished_cells_that_logged_the_same_numbers(tmp_path):
     report.write_report(study, workdir)
     assert lines[0] in (workdir / "report.md").read_text()
     _fake_cell(workdir, "TWOSOME__seed=1", timed(base), "done")
-    assert "POAD__seed=0 and NTPO__seed=0 and TWOSOME__seed=1:" in report.same_numbers_lines(study, workdir)[0]
+    assert "POAD__seed=0, NTPO__seed=0 and TWOSOME__seed=1:" in report.same_numbers_lines(study, workdir)[0]
     (workdir / "cells" / "NTPO__seed=0" / "metrics.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in one_differs))
     (workdir / "cells" / "TWOSOME__seed=1" / "cell.json").write_text(json.dumps({"status": "running"}))
