@@ -512,10 +512,10 @@ def same_numbers_lines(study: Study, workdir: pathlib.Path) -> list[str]:
         if records and cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps)):
             runs.setdefault(learning_numbers(records), []).append(cell.name)
     same = [names for names in runs.values() if len(names) > 1]
-    return [f"**Same numbers** in {', '.join(names[:-1])} and {names[-1]}: every update logged the same value of every metric "
-            "(timings, compile counts and memory aside), so what their settings differ in changed nothing in "
-            "these runs (an option without effect here, a seed that reaches nothing random, or methods that "
-            "coincide on these runs, as GRPO and GiGPO do while every advantage is 0)."
+    return [f"**Same numbers** in {', '.join(names[:-1])} and {names[-1]}: every update logged the same value "
+            "of every metric (timings, compile counts and memory aside), so what their settings differ in changed "
+            "nothing in these runs (an option without effect here, a seed that reaches nothing random, or methods "
+            "that coincide on these runs, as GRPO and GiGPO do while every advantage is 0)."
             for names in same]
 
 
