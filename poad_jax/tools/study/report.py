@@ -726,7 +726,7 @@ def build_report(study: Study, workdir: pathlib.Path, out: pathlib.Path) -> Repo
         sections.append(dynamics + (["", "![dynamics](dynamics.png)"] if moved else []))
     same = same_numbers_lines(study, workdir)
     if same:
-        sections.append([line for name_line in same for line in (name_line, "")][:-1])
+        sections.append(["\n\n".join(same)])
     for section in (evaluation_section(study, workdir), actions_section(study, workdir, fraction),
                     best_programs_section(study, workdir)):
         if section:
