@@ -57,6 +57,22 @@ are that GRPO cell's, and the page says so. Step 2 alike: a cell of
 GiGPO's best variant on seeds 3-4 is not run where GRPO's cell of its class
 and seed has run and earned no reward.
 
+Amended 2026-11-29 (twenty-ninth session, while GRPO mean_norm seed 1 ran as
+the first cell on a new machine, before its outcome was known; no setting
+changed): from that cell on, cells run on a 2-core Intel Xeon (AVX-512 BF16
+and AMX) instead of the AMD EPYC of the cells before, and there the same
+settings give other numbers from the first update (the bfloat16 matmuls
+round differently), so a cell run there is not the computation its class's
+GRPO cell made on the EPYC. Classes are therefore kept per machine: where a
+class's GRPO cell ran on another machine, the first of its cells to run on
+this one takes that cell's place for the class's cells that follow it here
+(they run only if it earns a reward; otherwise their numbers are its). On
+seed 1, GRPO's mean_norm is that cell for the default class: GRPO's groups
+of 2 and GiGPO's default, mean_norm and groups of 2 run only if it earns a
+reward. Cells not run on seed 1 of the other two classes (GiGPO's 16-step
+episodes and KL 0.01, whose GRPO cells ran on the EPYC without a reward)
+keep those cells' numbers, as before.
+
 About 50-80 minutes a cell on a 2-core CPU with native bfloat16 (30 cells
 in step 1): a lent GPU runs step 1 in one pass (`bash scripts/gpu_studies.sh
 start --study=studies/group_methods_virtualhome.py --workers=30`).
