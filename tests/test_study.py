@@ -41,7 +41,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 def write_study(directory: pathlib.Path, name: str = "toy_grid", updates: int = 2, methods=("poad", "ntpo"),
                 seeds=(0, 1), extra_axes: str = "", base: str = "configs/toy.py",
-                extra_report: str = "") -> pathlib.Path:
+                extra_report: str = "", extra: str = "") -> pathlib.Path:
     """A study file over configs/toy.py: `updates` PPO updates of 16 env steps per cell."""
     variants = ", ".join(f'{{"label": "{m.upper()}", "method": "{m}"}}' for m in methods)
     path = directory / f"{name}.py"
@@ -52,7 +52,7 @@ def get_study():
         "base_config": "{REPO / base}",
         "fixed": {{"total_env_steps": {16 * updates}, "tensorboard": False, "plot": False}},
         "axes": {{"variant": [{variants}]{extra_axes}}},
-        "seeds": {tuple(seeds)!r},
+        "seeds": {tuple(seeds)!r},{extra}
         "report": {{"metric": "episode_return", "threshold": 0.5, "smoothing": 1{extra_report}}},
     }}
 ''')
@@ -871,6 +871,66 @@ def test_the_report_names_finished_cells_that_logged_the_same_numbers(tmp_path):
     (workdir / "cells" / "TWOSOME__seed=1" / "cell.json").write_text(json.dumps({"status": "running"}))
     lines = report.same_numbers_lines(study, workdir)  # POAD seed 0 alone now; NTPO seed 0 as TWOSOME's
     assert len(lines) == 1 and lines[0].startswith("**Same numbers** in NTPO__seed=0 and TWOSOME__seed=0:")
+
+def test_a_cell_declared_the_same_computation_as_another_is_not_run_and_takes_its_numbers(tmp_path):
+    """`same_as`: the declared cell never runs (a line says so), the other cell's logs stand for it in the
+    group rows, the per-cell table (marked) and the success counts, it is kept out of the "Same numbers"
+    check (which it would pass by construction) and named in a line of its own; logs of its own in the
+    workdir stop both a run and a report with one line."""
+    study_file = write_study(tmp_path, updates=4, seeds=(0, 1), methods=("poad", "ntpo"),
+                             extra='\n        "same_as": {"NTPO__seed=0": "POAD__seed=0"},')
+    study = spec.load_study(study_file)
+    assert study.same_as == {"NTPO__seed=0": "POAD__seed=0"}
+    workdir = tmp_path / "runs"
+    assert spec.log_dir(study, workdir, "NTPO__seed=0") == workdir / "cells" / "POAD__seed=0"
+    assert spec.log_dir(study, workdir, "NTPO__seed=1") == workdir / "cells" / "NTPO__seed=1"
+    succeeding = [{"update": u + 1, "env_steps": 16 * (u + 1), "episodes": 2 * (u + 1), "episode_return": 1.0,
+                   "success_rate": 1.0, "seconds_learner": 3.0} for u in range(4)]
+    failing = [{**r, "episode_return": 0.0, "success_rate": 0.0} for r in succeeding]
+    cells = {cell.name: cell for cell in spec.grid(study)}
+    for name, records in (("POAD__seed=0", succeeding), ("NTPO__seed=1", failing)):
+        _fake_cell(workdir, name, records, "done")  # with the overrides a run records, as the runner checks
+        (workdir / "cells" / name / "cell.json").write_text(json.dumps(
+            {"status": "done", "overrides": scheduler._comparable(cells[name].overrides)}))
+    results = {r.label: r for r in report.aggregate(study, workdir)}
+    assert results["NTPO"].seeds == [0, 1] and results["NTPO"].finals == [1.0, 0.0]
+    assert results["POAD"].seeds == [0] and results["POAD"].finals == [1.0]
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in report.cell_table(study, workdir)[2:]}
+    assert "not run: POAD__seed=0's numbers (done)" in rows["NTPO__seed=0"] and rows["NTPO__seed=0"].endswith("| - |")
+    assert "not run" not in rows["POAD__seed=0"] and "not run" not in rows["NTPO__seed=1"]
+    assert report.same_numbers_lines(study, workdir) == []  # NTPO seed 0 is POAD seed 0's own logs
+    assert report.not_run_lines(study) == [
+        "**Not run**, as the same computation as a cell that ran (the study file's `same_as`), whose numbers "
+        "stand for them in every table and figure: NTPO__seed=0 (POAD__seed=0's)."]
+    report.write_report(study, workdir)
+    text = (workdir / "report.md").read_text()
+    assert report.not_run_lines(study)[0] in text
+    counts = "\n".join(report.success_count_table(study, workdir))
+    assert "| NTPO | 2 |" in counts, counts
+    logged: list[str] = []
+    assert scheduler.run_study(study, workdir, cell_names=("NTPO__seed=0",), log=logged.append) == {}
+    assert any("NTPO__seed=0 is not run" in line and "POAD__seed=0" in line for line in logged), logged
+    assert not (workdir / "cells" / "NTPO__seed=0").exists()
+    _fake_cell(workdir, "NTPO__seed=0", failing, "done")  # it ran after all: its logs would be hidden
+    with pytest.raises(spec.StudyError, match="NTPO__seed=0 has run"):
+        scheduler.run_study(study, workdir, cell_names=("NTPO__seed=1",), log=logged.append)
+    result = run_cli(f"--study={study_file}", f"--workdir={workdir}", "--report")
+    assert result.returncode == 2 and "NTPO__seed=0 has run" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("same_as, message", [
+    ('"POAD__seed=7": "POAD__seed=0"', "'POAD__seed=7', which is not one of its cells"),
+    ('"NTPO__seed=0": "NTPO__seed=0"', "a cell that does not run itself"),
+    ('"NTPO__seed=0": "POAD__seed=0", "POAD__seed=0": "POAD__seed=1"', "a cell that does not run itself"),
+])
+def test_a_malformed_same_as_fails_when_the_study_loads(tmp_path, same_as, message):
+    study_file = write_study(tmp_path, seeds=(0, 1), extra=f'\n        "same_as": {{{same_as}}},')
+    with pytest.raises(spec.StudyError, match=re.escape(message)):
+        spec.load_study(study_file)
+    study_file = write_study(tmp_path, seeds=(0, 1), extra='\n        "same_as": ["NTPO__seed=0"],')
+    with pytest.raises(spec.StudyError, match="same_as must map cell names to cell names"):
+        spec.load_study(study_file)
+
 
 def test_a_reference_option_sets_published_numbers_beside_the_groups_and_bad_ones_fail_at_load(tmp_path):
     """Report option `reference` (e.g. the paper's Appendix H): a column of the group table (a range, a

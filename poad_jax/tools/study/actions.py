@@ -17,7 +17,7 @@ from poad_jax.agent.episodes import failure_kind
 from poad_jax.run.action_log import read_actions
 from poad_jax.tools.study.programs import sklearn_classes
 from poad_jax.tools.study.scheduler import seed_major
-from poad_jax.tools.study.spec import StepNames, Study, grid
+from poad_jax.tools.study.spec import StepNames, Study, grid, log_dir
 
 SHOWN_LINES = 30  # an example action longer than this is cut in the report
 
@@ -82,7 +82,7 @@ def actions_section(study: Study, workdir: pathlib.Path, fraction: float) -> lis
     names = study.report_options.steps or StepNames()
     done, reward = names.succeeded, names.reward
     logs = {cell.name: lines for cell in seed_major(grid(study), study.seeds)
-            if (lines := read_actions(workdir / "cells" / cell.name))}
+            if (lines := read_actions(log_dir(study, workdir, cell.name)))}
     programs = any((line.get("info") or {}).get("program") for lines in logs.values() for line in lines)
     table = [f"What the policies wrote (`actions.jsonl`): each cell's first and last {fraction:.0%} of logged env "
              "steps:", "", f"| cell | part | env steps | {done} | mean {reward} of {done} | commonest errors | "

@@ -35,7 +35,10 @@ cells of those groups (a value of one axis, e.g. `--cells=action_length=8`, name
 `--cells=POAD__seed=0` one cell by its directory name), both together the cells in both.  `--finish-within=MINUTES`
 starts a cell only if it should finish in that time (from the cells of its group that have finished in the
 workdir), for sessions that end.  `former_names=("gamma_w_seed0",)` names study files that once ran such a pass under a
-name of their own: a workdir recorded under one is this study's.
+name of their own: a workdir recorded under one is this study's.  `same_as={"GiGPO__seed=1": "GRPO__seed=1"}`
+declares cells that are not run, being the same computation as another cell of the study (a rule written in
+the study file, e.g. GRPO and GiGPO before any reward): the other cell's logs stand for each in every table and
+figure, and the report names them.
 
 Each cell is an ordinary run directory of `poad_jax.train` (`<workdir>/cells/<cell>`, the
 workdir by default `./runs/studies/<name>`, relative to where the command runs), run as its own
@@ -60,7 +63,7 @@ import sys
 from poad_jax.run.config.errors import ArgumentParser
 from poad_jax.tools.study.page import keep_report
 from poad_jax.tools.study.report import publish, write_report
-from poad_jax.tools.study.scheduler import chosen_seeds, read_json, run_study
+from poad_jax.tools.study.scheduler import check_same_as, chosen_seeds, read_json, run_study
 from poad_jax.tools.study.spec import STUDY_FILE, Study, StudyError, cells_labelled, load_study
 
 
@@ -141,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             recorded = read_json(workdir / STUDY_FILE) or {}
             if not study.recorded_in(recorded):
                 raise StudyError(f"workdir {workdir} holds another study ({recorded.get('identity')})")
+            check_same_as(study, workdir)
             if seeds is not None:  # a report of these seeds alone, beside the whole one
                 study = seeds_study(study, chosen_seeds(study, seeds))
                 out = workdir / study.name

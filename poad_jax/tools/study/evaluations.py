@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from poad_jax.tools.study.scheduler import read_records, seed_major
-from poad_jax.tools.study.spec import Study, grid
+from poad_jax.tools.study.spec import Study, grid, log_dir
 from poad_jax.tools.study.speed import wilson_interval
 
 
@@ -81,7 +81,7 @@ def evaluation_section(study: Study, workdir: pathlib.Path) -> list[str]:
     when no cell has been evaluated."""
     rows, pooled = [], {}
     for cell in seed_major(grid(study), study.seeds):
-        cell_dir = workdir / "cells" / cell.name
+        cell_dir = log_dir(study, workdir, cell.name)
         found = cell_evaluations(cell_dir)
         if not found:
             continue

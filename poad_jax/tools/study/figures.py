@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from poad_jax.tools.study.scheduler import read_records
-from poad_jax.tools.study.spec import StepNames, Study, grid, value_label
+from poad_jax.tools.study.spec import StepNames, Study, grid, log_dir, value_label
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -125,7 +125,7 @@ def _group_curves(study: Study, workdir: pathlib.Path, curves_of) -> dict[tuple,
     """{group: [curves_of(records) per cell that has logged]}, in the study's grid order."""
     groups: dict[tuple, list[dict]] = {}
     for cell in grid(study):
-        records = read_records(workdir / "cells" / cell.name)
+        records = read_records(log_dir(study, workdir, cell.name))
         if records:
             groups.setdefault(cell.group, []).append(curves_of(records))
     return groups

@@ -16,7 +16,7 @@ import numpy as np
 from poad_jax.run.best_program import BestProgram, BestProgramError, read_best, rescore
 from poad_jax.run.config.errors import one_line
 from poad_jax.tools.study.scheduler import read_records, seed_major
-from poad_jax.tools.study.spec import Study, grid
+from poad_jax.tools.study.spec import Study, grid, log_dir
 
 
 def _dotted(node: ast.AST) -> list[str]:
@@ -90,7 +90,7 @@ def best_programs_section(study: Study, workdir: pathlib.Path) -> list[str]:
     kept: list[tuple[Any, BestProgram]] = []
     for cell in seed_major(grid(study), study.seeds):
         try:
-            best = read_best(workdir / "cells" / cell.name)
+            best = read_best(log_dir(study, workdir, cell.name))
         except BestProgramError:
             best = None  # a damaged record: the row says nothing rather than stopping the report
         if best is not None:
@@ -105,7 +105,7 @@ def best_programs_section(study: Study, workdir: pathlib.Path) -> list[str]:
                                               else "") + "):", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for cell, best in kept:
-        cell_dir = workdir / "cells" / cell.name
+        cell_dir = log_dir(study, workdir, cell.name)
         records = read_records(cell_dir)
         steps = int(records[-1].get("env_steps") or 0) if records else None
         lines.append(_cell_row(cell.name, best, steps, rescored(cell_dir) if rescore_them else None))

@@ -20,7 +20,8 @@ from poad_jax.tools.study.scheduler import (cell_finished, format_seconds, read_
 from poad_jax.tools.study.evaluations import evaluation_section
 from poad_jax.tools.study.speed import (episodes_per_update, steps_to_first_success, success_speed_table,
                                         wilson_interval)
-from poad_jax.tools.study.spec import CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid
+from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
+                                      log_dir)
 
 
 def curve(records: list[dict[str, Any]], metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -102,7 +103,7 @@ def aggregate(study: Study, workdir: pathlib.Path) -> list[GroupResult]:
     for group, cells in groups.items():
         finals, successes, discounted, reach, curves, success_curves, seeds = [], [], [], [], [], [], []
         for cell in cells:
-            cell_dir = workdir / "cells" / cell.name
+            cell_dir = log_dir(study, workdir, cell.name)
             if not cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps)):
                 continue  # a running cell's last updates are not its final ones: it shows in the per-cell table
             records = read_records(cell_dir)
@@ -187,7 +188,7 @@ def summarise_cell(study: Study, workdir: pathlib.Path, cell: Cell) -> CellSumma
         first_success = min { env_steps_u : success_rate_u > 0 } (`speed.steps_to_first_success`),
         seconds = sum_u sum_phase seconds_phase,u
     """
-    cell_dir = workdir / "cells" / cell.name
+    cell_dir = log_dir(study, workdir, cell.name)
     records = read_records(cell_dir)
     if not records:
         return None
@@ -212,11 +213,13 @@ def cell_table(study: Study, workdir: pathlib.Path) -> list[str]:
         if row is None:
             continue
         status = "done" if row.finished else f"running ({row.env_steps:,} of {row.total_env_steps:,})"
+        seconds = format_seconds(row.seconds)
+        if cell.name in study.same_as:
+            status, seconds = f"not run: {study.same_as[cell.name]}'s numbers ({status})", "-"
         first = "-" if math.isnan(row.first_success) else f"{row.first_success:,.0f}"
         so_far = "" if row.finished else " (so far)"
         lines.append(f"| {row.name} | {status} | {row.env_steps:,} | {row.episodes:,} | {first} | "
-                     f"{_number(row.final_return)}{so_far} | {_number(row.final_success)}{so_far} | "
-                     f"{format_seconds(row.seconds)} |")
+                     f"{_number(row.final_return)}{so_far} | {_number(row.final_success)}{so_far} | {seconds} |")
     return lines
 
 
@@ -271,7 +274,7 @@ def step_outcome_table(study: Study, workdir: pathlib.Path) -> list[str]:
              f"same, last {fraction:.0%} of env steps | best {reward} | cut off by the token limit |",
              "|" + "---|" * 9]
     for cell in seed_major(grid(study), study.seeds):
-        cell_dir = workdir / "cells" / cell.name
+        cell_dir = log_dir(study, workdir, cell.name)
         records = read_records(cell_dir)
         if not records:
             continue
@@ -315,7 +318,7 @@ def final_step_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
     fraction = study.report_options.final_fraction
     groups: dict[tuple, list[tuple[int, int, int]]] = {}  # group -> [(seed, succeeded, env steps)]
     for cell in seed_major(grid(study), study.seeds):
-        cell_dir = workdir / "cells" / cell.name
+        cell_dir = log_dir(study, workdir, cell.name)
         if cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps)):
             groups.setdefault(cell.group, []).append((cell.seed, *step_successes(read_records(cell_dir), fraction)))
     return _pooled_success_table(f"{names.succeeded.capitalize()} env steps in the last {fraction:.0%} of env steps, "
@@ -365,7 +368,7 @@ def success_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
     spread between seeds (the seed bands show that)."""
     groups: dict[tuple, list[tuple[int, int, int]]] = {}  # group -> [(seed, successes, episodes)]
     for cell in seed_major(grid(study), study.seeds):
-        records = read_records(workdir / "cells" / cell.name)
+        records = read_records(log_dir(study, workdir, cell.name))
         if records:
             groups.setdefault(cell.group, []).append((cell.seed, *episode_successes(records)))
     return _pooled_success_table("Successful episodes per group, pooled over its cells so far (finished and "
@@ -380,7 +383,7 @@ def final_success_count_table(study: Study, workdir: pathlib.Path) -> list[str]:
     fraction = study.report_options.final_fraction
     groups: dict[tuple, list[tuple[int, int, int]]] = {}  # group -> [(seed, successes, episodes)]
     for cell in seed_major(grid(study), study.seeds):
-        cell_dir = workdir / "cells" / cell.name
+        cell_dir = log_dir(study, workdir, cell.name)
         if cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps)):
             groups.setdefault(cell.group, []).append((cell.seed, *episode_successes(read_records(cell_dir),
                                                                                     fraction)))
@@ -458,13 +461,13 @@ def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
              "|" + "---|" * 7]
     rows, flat, unlearned, silent = 0, [], [], []
     for cell in seed_major(grid(study), study.seeds):
-        records = read_records(workdir / "cells" / cell.name)
+        records = read_records(log_dir(study, workdir, cell.name))
         row = training_dynamics(records)
         if row is None:
             unlearned += [cell.name] if records else []
             continue
         rows += 1
-        finished = cell_finished(workdir / "cells" / cell.name, int(cell_config(study, cell).total_env_steps))
+        finished = cell_finished(log_dir(study, workdir, cell.name), int(cell_config(study, cell).total_env_steps))
         flat += [cell.name] if row.no_policy_gradient and finished else []
         silent += [cell.name] if row.no_advantage and finished else []
         skipped = f"{row.skipped} of {row.steps}" if row.steps else str(row.skipped)
@@ -507,6 +510,8 @@ def same_numbers_lines(study: Study, workdir: pathlib.Path) -> list[str]:
     GiGPO while every advantage is 0)."""
     runs: dict[str, list[str]] = {}
     for cell in seed_major(grid(study), study.seeds):
+        if cell.name in study.same_as:  # not run: its numbers are another cell's by declaration
+            continue
         cell_dir = workdir / "cells" / cell.name
         records = read_records(cell_dir)
         if records and cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps)):
@@ -517,6 +522,16 @@ def same_numbers_lines(study: Study, workdir: pathlib.Path) -> list[str]:
             "nothing in these runs (an option without effect here, a seed that reaches nothing random, or methods "
             "that coincide on these runs, as GRPO and GiGPO do while every advantage is 0)."
             for names in same]
+
+
+def not_run_lines(study: Study) -> list[str]:
+    """A markdown line naming the cells the study does not run (`same_as`), each with the cell whose
+    numbers stand for it in every table and figure; [] when there are none."""
+    if not study.same_as:
+        return []
+    pairs = [f"{name} ({source}'s)" for name, source in study.same_as.items()]
+    return [f"**Not run**, as the same computation as a cell that ran (the study file's `same_as`), whose numbers "
+            f"stand for them in every table and figure: {', '.join(pairs)}."]
 
 
 def _number(x: float) -> str:
@@ -560,6 +575,8 @@ def provenance(study: Study, workdir: pathlib.Path) -> str:
         cell_dir = workdir / "cells" / cell.name
         if cell_dir.is_symlink():
             reused += 1
+            continue
+        if cell.name in study.same_as:  # not run: its time is the other cell's
             continue
         summary = summarise_cell(study, workdir, cell)  # summed from the metrics: survives interrupted sessions
         cell_seconds += summary.seconds if summary is not None else 0.0
@@ -724,7 +741,7 @@ def build_report(study: Study, workdir: pathlib.Path, out: pathlib.Path) -> Repo
     dynamics = dynamics_table(study, workdir)
     if dynamics:
         sections.append(dynamics + (["", "![dynamics](dynamics.png)"] if moved else []))
-    same = same_numbers_lines(study, workdir)
+    same = same_numbers_lines(study, workdir) + not_run_lines(study)
     if same:
         sections.append(["\n\n".join(same)])
     for section in (evaluation_section(study, workdir), actions_section(study, workdir, fraction),

@@ -197,6 +197,7 @@ def check_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> Non
             f"workdir {workdir} holds study {recorded.get('identity', {}).get('name')!r} "
             f"({recorded.get('identity', {}).get('base_config')}), not {study.name!r}: choose another --workdir"
         )
+    check_same_as(study, workdir)
     for cell in cells:  # a cell directory must not have been run with other settings
         cell_dir = workdir / "cells" / cell.name
         if cell_dir.is_symlink():  # reused from a sibling study: its cell.json holds that study's overrides
@@ -214,6 +215,16 @@ def check_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> Non
                                  f"choose another --workdir")
 
 
+def check_same_as(study: Study, workdir: pathlib.Path) -> None:
+    """StudyError if a cell the study declares the same computation as another (`same_as`) has logs of
+    its own in `workdir`: its numbers would be hidden behind the other cell's."""
+    for name, source in study.same_as.items():
+        if read_records(workdir / "cells" / name):
+            raise StudyError(f"cell {name} has run in {workdir}, but the study file declares it the same "
+                             f"computation as {source} (same_as), whose numbers would stand for it: remove it "
+                             "from same_as, or its directory")
+
+
 def prepare_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> None:
     """Checks `workdir` (`check_workdir`), then creates it and records the study in it."""
     check_workdir(study, workdir, cells)
@@ -227,7 +238,7 @@ def prepare_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> N
         "axes": study.axes, "seeds": list(study.seeds), "report": study.report,
         "cells": [{"name": c.name, "group": [list(g) for g in c.group], "seed": c.seed,
                    "overrides": _comparable(c.overrides)} for c in cells],
-        "sessions": sessions,
+        "same_as": study.same_as, "sessions": sessions,
     })
 
 
@@ -336,6 +347,11 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
         to_run = [cell for cell in cells if cell.seed in seeds]
     if cell_names is not None:
         to_run = [cell for cell in to_run if cell.name in cell_names]
+    for cell in to_run:
+        if cell.name in study.same_as:
+            log(f"[{study.name}] cell {cell.name} is not run: the study file declares it the same computation "
+                f"as {study.same_as[cell.name]} (same_as), whose numbers stand for it")
+    to_run = [cell for cell in to_run if cell.name not in study.same_as]
     workdir = workdir.absolute()  # the cells' --workdir, whatever directory they run in
     check_workdir(study, workdir, cells)
     for line in cell_warnings(study, to_run, configs):

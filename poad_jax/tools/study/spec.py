@@ -65,6 +65,9 @@ class Study:
     # Names under which a pass of this study recorded its cells, from before `--cells` narrowed a pass
     # (a study file that loaded this one and kept some of its cells): such a workdir is this study's.
     former_names: tuple[str, ...] = ()
+    # Cells not run because they are the same computation as another cell of the study (e.g. GRPO and
+    # GiGPO before any reward): cell name -> the name of the cell whose directory stands for it.
+    same_as: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def identity(self) -> dict[str, Any]:
         """What a workdir records to recognise its study: its name and base config,
@@ -142,11 +145,37 @@ def load_study(path: str | pathlib.Path) -> Study:
         raise StudyError(f"study {raw['name']!r}: former_names must be a list of study names, got {former!r}")
     report = _plain(raw.get("report", {}))
     options = report_options(report, _Where(str(raw["name"]), axes, group_labels(axes)))  # before any cell runs
-    return Study(
+    study = Study(
         name=str(raw["name"]), path=path.resolve(), base_config=base.resolve(),
         fixed=_plain(raw.get("fixed", {})), axes=axes, seeds=seeds, report=report, report_options=options,
         former_names=tuple(former),
     )
+    study.same_as = _same_as(study, _plain(raw.get("same_as", {})))
+    return study
+
+
+def _same_as(study: Study, value: Any) -> dict[str, str]:
+    """A study file's `same_as`, checked: {cell name: cell name} over the grid's cells, each naming a
+    cell that runs (not itself, not one of the keys); else a one-line StudyError."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise StudyError(f"study {study.name!r}: same_as must map cell names to cell names, "
+                         f'e.g. {{"GiGPO__seed=1": "GRPO__seed=1"}}, got {value!r}')
+    names = {cell.name for cell in grid(study)}
+    for cell, source in value.items():
+        for name in (cell, source):
+            if name not in names:
+                raise StudyError(f"study {study.name!r}: same_as names {name!r}, which is not one of its cells "
+                                 f"(a cell's directory name, such as {next(iter(names))!r})")
+        if source == cell or source in value:
+            raise StudyError(f"study {study.name!r}: same_as maps {cell!r} to {source!r}, a cell that does not "
+                             "run itself: name the cell that runs")
+    return dict(value)
+
+
+def log_dir(study: Study, workdir: pathlib.Path, cell_name: str) -> pathlib.Path:
+    """The directory whose logs are the cell's: its own under `workdir/cells/`, or, for a cell the study
+    does not run as the same computation as another (`same_as`), that cell's."""
+    return workdir / "cells" / study.same_as.get(cell_name, cell_name)
 
 
 def value_label(axis: str, value: Any) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from poad_jax.tools.study.scheduler import read_records, seed_major
-from poad_jax.tools.study.spec import Study, grid
+from poad_jax.tools.study.spec import Study, grid, log_dir
 
 
 def episodes_per_update(records: list[dict[str, Any]]) -> list[tuple[float, int, int]]:
@@ -76,7 +76,7 @@ def success_speed_table(study: Study, workdir: pathlib.Path) -> list[str]:
     groups: dict[str, list[tuple[int, float, float]]] = {}  # group label -> (seed, first, rate) per cell
     any_episode = False
     for cell in seed_major(grid(study), study.seeds):
-        records = read_records(workdir / "cells" / cell.name)
+        records = read_records(log_dir(study, workdir, cell.name))
         if records:
             any_episode = any_episode or bool(episodes_per_update(records))
             groups.setdefault(cell.group_label, []).append(
