@@ -902,6 +902,7 @@ def test_a_cell_declared_the_same_computation_as_another_is_not_run_and_takes_it
     assert report.not_run_lines(study) == [
         "**Not run**, as the same computation as a cell that ran (the study file's `same_as`), whose numbers "
         "stand for them in every table and figure: NTPO__seed=0 (POAD__seed=0's)."]
+    assert report.not_run_lines(dataclasses.replace(study, seeds=(1,))) == []  # a report of seed 1 alone
     report.write_report(study, workdir)
     text = (workdir / "report.md").read_text()
     assert report.not_run_lines(study)[0] in text

@@ -527,9 +527,10 @@ def same_numbers_lines(study: Study, workdir: pathlib.Path) -> list[str]:
 def not_run_lines(study: Study) -> list[str]:
     """A markdown line naming the cells the study does not run (`same_as`), each with the cell whose
     numbers stand for it in every table and figure; [] when there are none."""
-    if not study.same_as:
+    names = {cell.name for cell in grid(study)}  # a report of some seeds names those seeds' cells only
+    pairs = [f"{name} ({source}'s)" for name, source in study.same_as.items() if name in names]
+    if not pairs:
         return []
-    pairs = [f"{name} ({source}'s)" for name, source in study.same_as.items()]
     return [f"**Not run**, as the same computation as a cell that ran (the study file's `same_as`), whose numbers "
             f"stand for them in every table and figure: {', '.join(pairs)}."]
 
