@@ -96,6 +96,7 @@ NOT_RUN = {
     "GiGPO-16-step-episodes__seed=1": "GRPO-16-step-episodes__seed=1",
     "GiGPO-KL-0.01__seed=1": "GRPO-KL-0.01__seed=1",
     "GiGPO-16-step-episodes__seed=2": "GRPO-16-step-episodes__seed=2",
+    "GiGPO-KL-0.01__seed=2": "GRPO-KL-0.01__seed=2",
     **{f"{variant}__seed=2": "GRPO__seed=2"
        for variant in ("GRPO-mean_norm", "GRPO-groups-of-2", "GiGPO", "GiGPO-mean_norm", "GiGPO-groups-of-2")},
 }
