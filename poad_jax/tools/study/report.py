@@ -461,13 +461,14 @@ def dynamics_table(study: Study, workdir: pathlib.Path) -> list[str]:
              "|" + "---|" * 7]
     rows, flat, unlearned, silent = 0, [], [], []
     for cell in seed_major(grid(study), study.seeds):
-        records = read_records(log_dir(study, workdir, cell.name))
+        cell_dir = log_dir(study, workdir, cell.name)
+        records = read_records(cell_dir)
         row = training_dynamics(records)
         if row is None:
             unlearned += [cell.name] if records else []
             continue
         rows += 1
-        finished = cell_finished(log_dir(study, workdir, cell.name), int(cell_config(study, cell).total_env_steps))
+        finished = cell_finished(cell_dir, int(cell_config(study, cell).total_env_steps))
         flat += [cell.name] if row.no_policy_gradient and finished else []
         silent += [cell.name] if row.no_advantage and finished else []
         skipped = f"{row.skipped} of {row.steps}" if row.steps else str(row.skipped)
