@@ -919,10 +919,46 @@ def test_a_cell_declared_the_same_computation_as_another_is_not_run_and_takes_it
     assert result.returncode == 2 and "NTPO__seed=0 has run" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_cell_declared_the_same_computation_as_a_sibling_studys_cell_takes_that_cells_numbers(tmp_path):
+    """`same_as` with "<study>/<cell>": a later step's cell that repeats a computation an earlier study ran
+    (there itself declared the same as another cell, say) reads the sibling workdir's cell, is not run, and
+    a run says so, or says that the sibling cell has no logs yet."""
+    study_file = write_study(tmp_path, updates=4, seeds=(0, 1), methods=("poad", "ntpo"),
+                             extra='\n        "same_as": {"NTPO__seed=0": "step_1/POAD__seed=0"},')
+    study = spec.load_study(study_file)
+    runs = tmp_path / "runs"
+    workdir, sibling = runs / "toy_grid", runs / "step_1"
+    assert spec.log_dir(study, workdir, "NTPO__seed=0") == sibling / "cells" / "POAD__seed=0"
+    assert spec.log_dir(study, workdir, "POAD__seed=0") == workdir / "cells" / "POAD__seed=0"
+    logged: list[str] = []
+    assert scheduler.run_study(study, workdir, cell_names=("NTPO__seed=0",), log=logged.append) == {}
+    assert any("NTPO__seed=0 is not run" in line and "step_1/POAD__seed=0" in line and "none there yet" in line
+               for line in logged), logged
+    records = [{"update": u + 1, "env_steps": 16 * (u + 1), "episodes": 2 * (u + 1), "episode_return": 1.0,
+                "success_rate": 1.0, "seconds_learner": 3.0} for u in range(4)]
+    _fake_cell(sibling, "POAD__seed=0", records, "done")
+    _fake_cell(workdir, "NTPO__seed=1", [{**r, "episode_return": 0.0, "success_rate": 0.0} for r in records], "done")
+    ntpo_1 = next(cell for cell in spec.grid(study) if cell.name == "NTPO__seed=1")
+    (workdir / "cells" / "NTPO__seed=1" / "cell.json").write_text(json.dumps(  # the overrides a run records
+        {"status": "done", "overrides": scheduler._comparable(ntpo_1.overrides)}))
+    logged.clear()
+    assert scheduler.run_study(study, workdir, cell_names=("NTPO__seed=0",), log=logged.append) == {}
+    assert any("NTPO__seed=0 is not run" in line and "none there yet" not in line for line in logged), logged
+    assert not (workdir / "cells" / "NTPO__seed=0").exists()
+    results = {r.label: r for r in report.aggregate(study, workdir)}
+    assert results["NTPO"].seeds == [0, 1] and results["NTPO"].finals == [1.0, 0.0]
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in report.cell_table(study, workdir)[2:]}
+    assert "not run: step_1/POAD__seed=0's numbers (done)" in rows["NTPO__seed=0"]
+    assert "POAD__seed=0" not in rows  # this study's own POAD seed 0 has not run
+
+
 @pytest.mark.parametrize("same_as, message", [
     ('"POAD__seed=7": "POAD__seed=0"', "'POAD__seed=7', which is not one of its cells"),
     ('"NTPO__seed=0": "NTPO__seed=0"', "a cell that does not run itself"),
     ('"NTPO__seed=0": "POAD__seed=0", "POAD__seed=0": "POAD__seed=1"', "a cell that does not run itself"),
+    ('"NTPO__seed=0": "step_1/POAD/seed=0"', "another study's cell is named <study>/<cell>"),
+    ('"NTPO__seed=0": "/POAD__seed=0"', "another study's cell is named <study>/<cell>"),
+    ('"NTPO__seed=0": "toy_grid/POAD__seed=0"', "another study's cell is named <study>/<cell>"),
 ])
 def test_a_malformed_same_as_fails_when_the_study_loads(tmp_path, same_as, message):
     study_file = write_study(tmp_path, seeds=(0, 1), extra=f'\n        "same_as": {{{same_as}}},')

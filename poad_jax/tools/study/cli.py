@@ -38,7 +38,7 @@ workdir), for sessions that end.  `former_names=("gamma_w_seed0",)` names study 
 name of their own: a workdir recorded under one is this study's.  `same_as={"GiGPO__seed=1": "GRPO__seed=1"}`
 declares cells that are not run, being the same computation as another cell of the study (a rule written in
 the study file, e.g. GRPO and GiGPO before any reward): the other cell's logs stand for each in every table and
-figure, and the report names them.
+figure, and the report names them; `"<study>/<cell>"` names a sibling study's cell (its workdir beside this one's).
 
 Each cell is an ordinary run directory of `poad_jax.train` (`<workdir>/cells/<cell>`, the
 workdir by default `./runs/studies/<name>`, relative to where the command runs), run as its own

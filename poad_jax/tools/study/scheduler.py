@@ -22,7 +22,7 @@ from poad_jax.run import config as config_lib
 from poad_jax.run import hardware, rundir
 from poad_jax.run.metrics import read_metrics
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
-                                        group_of, train_command)
+                                        group_of, log_dir, train_command)
 
 # ---------------------------------------------------------------------------
 # Cell state on disk.
@@ -349,8 +349,10 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
         to_run = [cell for cell in to_run if cell.name in cell_names]
     for cell in to_run:
         if cell.name in study.same_as:
+            source = log_dir(study, workdir, cell.name)
+            missing = "" if read_records(source) else f" (none there yet: {source} has no logs)"
             log(f"[{study.name}] cell {cell.name} is not run: the study file declares it the same computation "
-                f"as {study.same_as[cell.name]} (same_as), whose numbers stand for it")
+                f"as {study.same_as[cell.name]} (same_as), whose numbers stand for it{missing}")
     to_run = [cell for cell in to_run if cell.name not in study.same_as]
     workdir = workdir.absolute()  # the cells' --workdir, whatever directory they run in
     check_workdir(study, workdir, cells)

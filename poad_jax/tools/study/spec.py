@@ -155,27 +155,44 @@ def load_study(path: str | pathlib.Path) -> Study:
 
 
 def _same_as(study: Study, value: Any) -> dict[str, str]:
-    """A study file's `same_as`, checked: {cell name: cell name} over the grid's cells, each naming a
-    cell that runs (not itself, not one of the keys); else a one-line StudyError."""
+    """A study file's `same_as`, checked: {cell name: source} with each key one of the grid's cells and
+    each source a cell that runs: another of the grid's (not itself, not one of the keys), or a sibling
+    study's cell as "<study>/<cell>" (its workdir beside this one's, e.g. a tuning step's cell that a
+    later step's cell repeats); else a one-line StudyError."""
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise StudyError(f"study {study.name!r}: same_as must map cell names to cell names, "
                          f'e.g. {{"GiGPO__seed=1": "GRPO__seed=1"}}, got {value!r}')
     names = {cell.name for cell in grid(study)}
     for cell, source in value.items():
-        for name in (cell, source):
+        for name in (cell,) if "/" in source else (cell, source):
             if name not in names:
                 raise StudyError(f"study {study.name!r}: same_as names {name!r}, which is not one of its cells "
                                  f"(a cell's directory name, such as {next(iter(names))!r})")
-        if source == cell or source in value:
+        if "/" in source:
+            sibling, _, sibling_cell = source.partition("/")
+            if not _is_plain_name(sibling) or not _is_plain_name(sibling_cell) or sibling == study.name:
+                raise StudyError(f"study {study.name!r}: same_as maps {cell!r} to {source!r}: another study's "
+                                 "cell is named <study>/<cell>, e.g. 'group_methods_virtualhome/GRPO__seed=2'")
+        elif source == cell or source in value:
             raise StudyError(f"study {study.name!r}: same_as maps {cell!r} to {source!r}, a cell that does not "
                              "run itself: name the cell that runs")
     return dict(value)
 
 
+def _is_plain_name(text: str) -> bool:
+    """A directory name of its own: not empty, no separator, not "." or ".."."""
+    return bool(text) and "/" not in text and text not in (".", "..")
+
+
 def log_dir(study: Study, workdir: pathlib.Path, cell_name: str) -> pathlib.Path:
     """The directory whose logs are the cell's: its own under `workdir/cells/`, or, for a cell the study
-    does not run as the same computation as another (`same_as`), that cell's."""
-    return workdir / "cells" / study.same_as.get(cell_name, cell_name)
+    does not run as the same computation as another (`same_as`), that cell's: in this workdir, or, named
+    "<study>/<cell>", in the sibling study's workdir beside it."""
+    source = study.same_as.get(cell_name, cell_name)
+    if "/" in source:
+        sibling, _, sibling_cell = source.partition("/")
+        return workdir.parent / sibling / "cells" / sibling_cell
+    return workdir / "cells" / source
 
 
 def value_label(axis: str, value: Any) -> str:
