@@ -164,19 +164,27 @@ def _same_as(study: Study, value: Any) -> dict[str, str]:
                          f'e.g. {{"GiGPO__seed=1": "GRPO__seed=1"}}, got {value!r}')
     names = {cell.name for cell in grid(study)}
     for cell, source in value.items():
-        for name in (cell,) if "/" in source else (cell, source):
+        sibling = _sibling_cell(source)
+        for name in (cell,) if sibling else (cell, source):
             if name not in names:
                 raise StudyError(f"study {study.name!r}: same_as names {name!r}, which is not one of its cells "
                                  f"(a cell's directory name, such as {next(iter(names))!r})")
-        if "/" in source:
-            sibling, _, sibling_cell = source.partition("/")
-            if not _is_plain_name(sibling) or not _is_plain_name(sibling_cell) or sibling == study.name:
+        if sibling:
+            if not all(map(_is_plain_name, sibling)) or sibling[0] == study.name:
                 raise StudyError(f"study {study.name!r}: same_as maps {cell!r} to {source!r}: another study's "
                                  "cell is named <study>/<cell>, e.g. 'group_methods_virtualhome/GRPO__seed=2'")
         elif source == cell or source in value:
             raise StudyError(f"study {study.name!r}: same_as maps {cell!r} to {source!r}, a cell that does not "
                              "run itself: name the cell that runs")
     return dict(value)
+
+
+def _sibling_cell(source: str) -> tuple[str, str] | None:
+    """A `same_as` source "<study>/<cell>" split into (study, cell); None for a cell of this study."""
+    if "/" not in source:
+        return None
+    sibling, _, cell = source.partition("/")
+    return sibling, cell
 
 
 def _is_plain_name(text: str) -> bool:
@@ -189,9 +197,9 @@ def log_dir(study: Study, workdir: pathlib.Path, cell_name: str) -> pathlib.Path
     does not run as the same computation as another (`same_as`), that cell's: in this workdir, or, named
     "<study>/<cell>", in the sibling study's workdir beside it."""
     source = study.same_as.get(cell_name, cell_name)
-    if "/" in source:
-        sibling, _, sibling_cell = source.partition("/")
-        return workdir.parent / sibling / "cells" / sibling_cell
+    sibling = _sibling_cell(source)
+    if sibling:
+        return workdir.parent / sibling[0] / "cells" / sibling[1]
     return workdir / "cells" / source
 
 
