@@ -14,6 +14,7 @@ kill -9 a real training process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -66,7 +67,7 @@ if __name__ == "__main__":  # the training CLI; the config file (see `write_conf
 
 import pytest  # noqa: E402
 
-from poad_jax.run import best_program, train  # noqa: E402
+from poad_jax.run import best_program, hardware, train  # noqa: E402
 from poad_jax.run import checkpoint as checkpoint_lib  # noqa: E402
 from poad_jax.run import cli  # noqa: E402
 from poad_jax.run import config as config_lib  # noqa: E402
@@ -175,6 +176,21 @@ def test_training_writes_the_best_program_and_rescoring_agrees(tmp_path, program
     assert f"re-run:   mean AUC {best.mean_auc:.4f}" in out
     rescored = best_program.rescore(workdir)[1]
     assert rescored.mean_auc == best.mean_auc and rescored.auc_per_split == best.auc_per_split
+    # The record names the machine that scored it: here, so a re-score here is compared exactly.
+    assert best.machine == hardware.scoring_machine() and "note:" not in out
+
+
+def test_a_rescore_on_another_machine_says_why_it_may_differ(program_scores):
+    """The record of another CPU (or none) explains a moved score; the same machine's record does not."""
+    here = hardware.scoring_machine()
+    elsewhere = {**here, "cpu": "AMD EPYC", "isa": ["avx", "avx2", "fma"]}
+    kept = best_program.BestProgram(program="x", mean_auc=0.7, auc_per_split=(0.7,) * 5, env=SCRIPTED_ENV,
+                                    env_kwargs={}, dataset="balance_scale", update=1, env_steps=1, machine=elsewhere)
+    moved = (0.7,) * 4 + (0.705,)
+    assert "AMD EPYC (avx, avx2, fma)" in best_program.machine_note(kept, moved)
+    assert best_program.machine_note(kept, kept.auc_per_split) is None
+    assert best_program.machine_note(dataclasses.replace(kept, machine=here), moved) is None
+    assert "does not name" in best_program.machine_note(dataclasses.replace(kept, machine=None), moved)
 
 
 def test_best_program_survives_kill_minus_nine_and_resume(tmp_path, program_scores):

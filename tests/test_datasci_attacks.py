@@ -405,25 +405,42 @@ def test_the_trainers_data_files_are_not_visible(balance_scale, datasets_dir, sa
     assert result.success, result.error
 
 
+# How far a deterministic program's per-split ROC AUC may move between two CPUs.  An estimator that its
+# iteration cap stops before convergence (a default lbfgs LogisticRegression on unscaled features) ends where
+# the CPU's floating-point path takes it: pharyngitis' kept program re-scored on an AMD EPYC without native
+# bfloat16 moved by up to 0.0050 per split from its record (an EPYC with it).  A sandbox fault moves scores by
+# far more (labels it finds push the AUC towards 1; a wrong split changes every digit of every split).
+CROSS_CPU_AUC_TOLERANCE = 0.02
+
+
 @pytest.mark.parametrize("record", sorted((REPO / "docs" / "results" / "raw").rglob("best_program.json")),
                          ids=lambda path: path.parent.name)
-def test_kept_best_programs_rescore_to_their_recorded_aucs_exactly(record, sandboxed, tmp_path, datasets_dir,
-                                                                   monkeypatch):
-    """Honest programs score what they did before issue 34, to the last digit (a copy: reading may repair files).
-    A program that draws unseeded randomness (a RandomForestClassifier without `random_state`) cannot: one
-    whose re-score differs from its record is scored once more, and passes only if that score differs from
-    the first too (its own randomness, not the sandbox, moved it)."""
-    from poad_jax.run import best_program
+def test_kept_best_programs_rescore_to_their_recorded_aucs(record, sandboxed, tmp_path, datasets_dir,
+                                                           monkeypatch):
+    """Honest programs score what they did before issue 34: to the last digit on the machine that recorded
+    them (`BestProgram.machine` equal to this one's), within `CROSS_CPU_AUC_TOLERANCE` per split on another
+    CPU or where the record names none (a copy: reading may repair files).  A program that draws unseeded
+    randomness (a RandomForestClassifier without `random_state`) cannot: one whose re-score differs from its
+    record is scored once more, and passes only if that score differs from the first too (its own
+    randomness, not the sandbox or the CPU, moved it)."""
+    from poad_jax.run import best_program, hardware
 
     monkeypatch.setenv("POAD_DATA_DIR", str(datasets_dir))  # the datasets that are not built from a definition
     (tmp_path / record.name).write_text(record.read_text())
     best, result = best_program.rescore(tmp_path)
     assert result.success, result.error
-    if result.auc_per_split != best.auc_per_split or result.mean_auc != best.mean_auc:
-        _, again = best_program.rescore(tmp_path)
-        assert again.success, again.error
-        assert again.auc_per_split != result.auc_per_split, (
-            f"{record}: re-scored twice to {result.auc_per_split}, recorded {best.auc_per_split}")
+    if result.auc_per_split == best.auc_per_split and result.mean_auc == best.mean_auc:
+        return
+    _, again = best_program.rescore(tmp_path)
+    assert again.success, again.error
+    if again.auc_per_split != result.auc_per_split:
+        return  # the program's own randomness
+    assert best.machine != hardware.scoring_machine(), (
+        f"{record}: re-scored twice to {result.auc_per_split} on the machine that recorded {best.auc_per_split}")
+    moved = max(abs(a - b) for a, b in zip(result.auc_per_split, best.auc_per_split, strict=True))
+    assert moved <= CROSS_CPU_AUC_TOLERANCE, (
+        f"{record}: re-scored twice to {result.auc_per_split}, recorded {best.auc_per_split} on "
+        f"{best.machine or 'an unrecorded machine'}: {moved:.4f} apart, more than another CPU explains")
 
 
 # ---------------------------------------------------------------------------

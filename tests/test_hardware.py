@@ -39,6 +39,18 @@ def test_cpu_flags_of_an_unreadable_file_is_empty(tmp_path):
     assert hardware.cpu_flags(tmp_path / "missing") == frozenset()
 
 
+def test_scoring_machine_names_the_cpu_its_kernel_flags_and_the_scoring_packages(tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text("model name\t: AMD EPYC 9R14\n" + CPUINFO.format(extra="avx512f avx512_bf16 sse4_2"))
+    machine = hardware.scoring_machine(path)
+    assert machine["cpu"] == "AMD EPYC 9R14"
+    assert machine["isa"] == ["avx2", "avx512_bf16", "avx512f", "fma"]  # sorted, kernel-choosing flags only
+    assert set(machine["packages"]) == {"numpy", "scipy", "scikit-learn"}
+    assert machine["packages"]["numpy"] == __import__("numpy").__version__
+    unreadable = hardware.scoring_machine(tmp_path / "missing")
+    assert unreadable["cpu"] == "unknown" and unreadable["isa"] == []
+
+
 @pytest.mark.parametrize("backend, extra, expected", [
     ("cpu", "", "float32"),                      # AVX2 only: bfloat16 is emulated
     ("cpu", "avx512f avx512bw", "float32"),      # AVX-512 without its bfloat16 extension

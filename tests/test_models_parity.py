@@ -27,6 +27,27 @@ from poad_jax.models import init_cache, load
 pytestmark = pytest.mark.slow
 
 GREEDY_STEPS = 24
+# How close two logits may be for the choice between them to fall either way on another CPU: each side of the
+# comparison is within 1e-3 of transformers' logits (the logits tests' tolerance at float32 positions), and the
+# reference was computed on a CPU the fixture does not name.  An argmax that differs from the reference only
+# where ours and the reference's token are this close is a tie, not an error.
+TIE_TOLERANCE = 2e-3
+
+
+def assert_argmax_matches_up_to_ties(logits: np.ndarray, expected: np.ndarray, where: str) -> None:
+    """Our argmax of `logits` `[T, V]` equals `expected` `[T]` at every position but near-ties, where the
+    expected token's logit is within `TIE_TOLERANCE` of our largest."""
+    got = logits.argmax(-1)
+    for t in np.flatnonzero(got != expected):
+        gap = float(logits[t, got[t]] - logits[t, expected[t]])
+        assert gap <= TIE_TOLERANCE, f"{where}, position {t}: argmax {got[t]}, reference {expected[t]}, {gap:.2e} apart"
+
+
+def test_an_argmax_off_the_reference_passes_only_at_a_near_tie():
+    logits = np.array([[0.0, 1.0, 0.9995], [0.0, 1.0, 0.99]], np.float32)
+    assert_argmax_matches_up_to_ties(logits[:1], np.array([2]), "tie")  # 5e-4 apart: a tie
+    with pytest.raises(AssertionError, match="position 0"):
+        assert_argmax_matches_up_to_ties(logits[1:], np.array([2]), "no tie")  # 1e-2 apart
 
 
 def compiled_forward(model):
@@ -145,7 +166,7 @@ def test_smollm2_logits_match_transformers(smollm2, prompt):
     assert got.shape == expected.shape
     errors = np.abs(got - expected).max(axis=-1)
     assert errors.max() <= 1e-3, f"max |logit error| per position: {errors}"
-    np.testing.assert_array_equal(got.argmax(-1), expected.argmax(-1))
+    assert_argmax_matches_up_to_ties(got, expected.argmax(-1), f"prompt {prompt}")
 
 
 @pytest.mark.parametrize("name", ["smollm2", "qwen"])
@@ -154,7 +175,15 @@ def test_greedy_decoding_matches_transformers(name, request):
     prompts = [ref.npz[f"tokens_{i}"] for i in range(2)]
     tokens = greedy_tokens(forward, prompts, GREEDY_STEPS, model.config)
     for i in range(2):
-        assert tokens[i] == ref.npz[f"greedy_{i}"].tolist(), f"prompt {i}"
+        expected = ref.npz[f"greedy_{i}"].tolist()
+        if tokens[i] == expected:
+            continue
+        # Greedy text diverges for good at its first near-tie (every later token follows from it), so only that
+        # first position is judged: a tie (see TIE_TOLERANCE) in one forward pass over the prompt and the
+        # reference's tokens before it.
+        k = next(t for t, (a, b) in enumerate(zip(tokens[i], expected)) if a != b)
+        logits = full_logits(forward, np.concatenate([prompts[i], np.asarray(expected[:k], prompts[i].dtype)]))[-1]
+        assert_argmax_matches_up_to_ties(logits[None], np.asarray([expected[k]]), f"prompt {i}, greedy token {k}")
 
 
 # ---------------------------------------------------------------------------
@@ -180,5 +209,5 @@ def test_qwen_logits_match_transformers(qwen, prompt):
     assert errors.max() <= 2e-2, f"max |logit error| per position: {errors}"
     last_error = np.abs(got[-1] - ref.npz[f"last_logits_{prompt}"]).max()
     assert last_error <= 1e-3, f"last-position max |logit error| {last_error}"
-    np.testing.assert_array_equal(got.argmax(-1), ref.npz[f"argmax_{prompt}"])
+    assert_argmax_matches_up_to_ties(got, ref.npz[f"argmax_{prompt}"], f"prompt {prompt}")
 

@@ -9,7 +9,9 @@ leaves the previous best or the new one, never half of either:
 
 - `best_program.json`: the authority: the program text, its mean ROC AUC and
   per-split AUCs, the environment (name and kwargs, to rebuild it for
-  re-scoring), the dataset, and the update and env step where it appeared;
+  re-scoring), the dataset, the update and env step where it appeared, and
+  the machine that scored it (`hardware.scoring_machine`: a re-score on
+  another CPU may differ where an optimiser stops at its iteration cap);
 - `best_program.py`: the program alone, to read or run.  Written first; when
   it disagrees with the JSON (a kill between the two writes), reading the
   record rewrites it from the JSON.
@@ -32,6 +34,7 @@ import sys
 import tempfile
 from typing import Any, Iterable
 
+from poad_jax.run import hardware
 from poad_jax.run.config.errors import ArgumentParser, missing_run_directory, one_line
 
 PROGRAM_FILE = "best_program.py"
@@ -54,6 +57,7 @@ class BestProgram:
     dataset: str
     update: int
     env_steps: int
+    machine: dict[str, Any] | None = None  # hardware.scoring_machine() where it was scored; None: not recorded
 
     def to_json(self) -> dict[str, Any]:
         record = dataclasses.asdict(self)
@@ -161,7 +165,7 @@ class BestProgramKeeper:
                 self.best = BestProgram(
                     program=program, mean_auc=mean, auc_per_split=aucs, env=self.env_name,
                     env_kwargs=self.env_kwargs, dataset=dataset or dataset_of(self.env_name, self.env_kwargs),
-                    update=int(update), env_steps=int(env_step),
+                    update=int(update), env_steps=int(env_step), machine=hardware.scoring_machine(),
                 )
                 improved = True
         if improved:
@@ -223,7 +227,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the program failed when re-run: {one_line(result.error)[:300]}", file=sys.stderr)
         return 1
     print(f"re-run:   mean AUC {result.mean_auc:.4f}  splits {' '.join(f'{a:.4f}' for a in result.auc_per_split)}")
+    if note := machine_note(best, result.auc_per_split):
+        print(note)
     return 0
+
+
+def machine_note(best: BestProgram, rescored: tuple[float, ...]) -> str | None:
+    """A line on why a re-score differs from the record when another machine (or one not recorded) scored
+    it; None when they agree or the same machine scored both (then only the program's own randomness,
+    such as an unseeded random forest, moves its score)."""
+    if tuple(rescored) == tuple(best.auc_per_split):
+        return None
+    here = hardware.scoring_machine()
+    if best.machine == here:
+        return None
+    where = (f"on {best.machine.get('cpu')} ({', '.join(best.machine.get('isa', [])) or 'no AVX'})"
+             if best.machine else "on a machine the record does not name")
+    return (f"note: the record was scored {where}; here {here['cpu']} ({', '.join(here['isa']) or 'no AVX'}). "
+            "A program whose optimiser stops at its iteration cap (lbfgs) scores slightly differently on "
+            "another CPU.")
 
 
 if __name__ == "__main__":

@@ -13,12 +13,19 @@ its numerics.
 
 from __future__ import annotations
 
+import importlib.metadata
 import pathlib
 from typing import Any, Iterable
 
 AUTO = "auto"
 # CPU feature flags (Linux /proc/cpuinfo names) of a native bfloat16 dot product.
 NATIVE_BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+# The instruction-set extensions by which OpenBLAS (numpy, scipy, scikit-learn) and XLA choose their kernels:
+# two CPUs that agree on these and on the model name take the same floating-point paths.
+KERNEL_CPU_FLAGS = ("avx", "fma", "avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+                    "avx512_fp16", "amx_bf16", "amx_tile")
+# The packages whose numbers a scored program's ROC AUC depends on.
+SCORING_PACKAGES = ("numpy", "scipy", "scikit-learn")
 
 
 def cpu_flags(cpuinfo: str | pathlib.Path = "/proc/cpuinfo") -> frozenset[str]:
@@ -33,6 +40,34 @@ def cpu_flags(cpuinfo: str | pathlib.Path = "/proc/cpuinfo") -> frozenset[str]:
         if name.strip() in ("flags", "Features"):
             flags.update(value.split())
     return frozenset(flags)
+
+
+def cpu_model_name(cpuinfo: str | pathlib.Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name from Linux's /proc/cpuinfo (`lscpu`'s "Model name"); "unknown" where unreadable."""
+    try:
+        text = pathlib.Path(cpuinfo).read_text()
+    except OSError:
+        return "unknown"
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "model name":
+            return value.strip()
+    return "unknown"
+
+
+def scoring_machine(cpuinfo: str | pathlib.Path = "/proc/cpuinfo") -> dict[str, Any]:
+    """What a number computed by numpy/scikit-learn on this machine depends on: the CPU's model name, its
+    kernel-choosing extensions (`KERNEL_CPU_FLAGS`) and the versions of `SCORING_PACKAGES`.  Two
+    machines with equal records compute equal numbers; a record from another machine may differ in the
+    last digits, or more where an iteration cap stops an optimiser (lbfgs) at a path-dependent point."""
+    versions = {}
+    for package in SCORING_PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"cpu": cpu_model_name(cpuinfo), "isa": sorted(cpu_flags(cpuinfo) & set(KERNEL_CPU_FLAGS)),
+            "packages": versions}
 
 
 def native_matmul_dtype(backend: str, flags: Iterable[str]) -> tuple[str, str]:
