@@ -3,12 +3,20 @@
 `shared_dir` is the project's read-only `../shared` folder (datasets, env
 oracle tables, model reference logits).  Tests that need it skip with a
 clear reason when it is absent (e.g. a clone used outside this workplace).
+
+Memory: after each module the worker collects its garbage and hands freed
+heap back to the system, so one module's models do not stay resident under
+the next; the run ends with each worker's peak resident memory (the suite's
+budget is 8 GB for both workers together; docs/setup.md).
 """
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 import pathlib
+import resource
 
 import jax
 import pytest
@@ -40,3 +48,48 @@ def shared_dir() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def datasets_dir(shared_dir) -> pathlib.Path:
     return shared_dir / "datasets"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_memory_after_each_module():
+    yield
+    gc.collect()
+    try:  # glibc keeps freed heap mapped; malloc_trim returns it, so the next module starts from less
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+PEAKS = pytest.StashKey[dict]()
+
+
+def _peak_rss_mb(who: int) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024  # Linux reports KiB
+
+
+def pytest_configure(config):
+    config.stash[PEAKS] = {}
+
+
+def pytest_sessionfinish(session):
+    output = getattr(session.config, "workeroutput", None)  # set on a pytest-xdist worker
+    if output is not None:
+        output["peak_rss_mb"] = _peak_rss_mb(resource.RUSAGE_SELF)
+        output["peak_child_rss_mb"] = _peak_rss_mb(resource.RUSAGE_CHILDREN)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    output = getattr(node, "workeroutput", {})
+    if "peak_rss_mb" in output:
+        node.config.stash[PEAKS][node.gateway.id] = (output["peak_rss_mb"], output["peak_child_rss_mb"])
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    peaks = config.stash[PEAKS] or {"this process": (_peak_rss_mb(resource.RUSAGE_SELF),
+                                                      _peak_rss_mb(resource.RUSAGE_CHILDREN))}
+    workers = ", ".join(f"{name} {own / 1024:.1f} GB" for name, (own, _) in sorted(peaks.items()))
+    together = sum(own for own, _ in peaks.values()) / 1024
+    child = max(child for _, child in peaks.values()) / 1024
+    terminalreporter.write_line(f"peak resident memory: {workers}; at most {together:.1f} GB together "
+                                f"(largest subprocess {child:.1f} GB)")

