@@ -7,7 +7,9 @@ for `RandomForestClassifier(n_estimators=50).fit(x, y)`); `.fit(...)` gives
 its receiver's; a name gives the value last assigned to it before the
 return; a pipeline (`make_pipeline`, `Pipeline([...])`) gives its last step's;
 a search or calibration wrapper (`GridSearchCV`, `CalibratedClassifierCV`,
-...) the estimator it wraps.  None when the program does not parse, defines
+...) the estimator it wraps, and so does a search's `.best_estimator_`.  A
+name imported under another (`import ... as RF`) is reported by its own
+name.  None when the program does not parse, defines
 no `build_model`, or returns something this cannot follow (a helper's
 result, say).
 """
@@ -39,7 +41,14 @@ def estimator_class(program: str) -> str | None:
     if not returns:
         return None
     last = max(returns, key=lambda node: node.lineno)
-    return _class_of(last.value, _assignments(function), last.lineno, 0)
+    name = _class_of(last.value, _assignments(function), last.lineno, 0)
+    return _imported_names(tree).get(name, name)
+
+
+def _imported_names(tree: ast.Module) -> dict[str, str]:
+    """{alias: name} of every `from ... import name as alias` in the program."""
+    return {alias.asname: alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            for alias in node.names if alias.asname}
 
 
 def _assignments(function: ast.FunctionDef) -> dict[str, list[tuple[int, ast.expr]]]:
@@ -75,6 +84,8 @@ def _class_of(node: ast.expr, assigned, line: int, depth: int) -> str | None:
     if isinstance(node, ast.Name):
         earlier = [(at, value) for at, value in assigned.get(node.id, ()) if at < line]
         return follow(earlier[-1][1], earlier[-1][0]) if earlier else None
+    if isinstance(node, ast.Attribute) and node.attr == "best_estimator_":
+        return follow(node.value)
     if not isinstance(node, ast.Call):
         return None
     name = _callee(node)
