@@ -337,6 +337,6 @@ def episode_best_lines(episodes: dict[str, Any], reward: str = "AUC") -> list[st
     if not bests:
         return []
     recent = bests[-EPISODE_WINDOW:]
-    return [f"best {reward} per improvement episode: mean {sum(bests) / len(bests):.4f} over the {len(bests)} "
-            f"episodes where a program ran (last {len(recent)}: {sum(recent) / len(recent):.4f}; highest "
-            f"{max(bests):.4f})."]
+    episodes_ran = f"{len(bests)} episode{'s' if len(bests) != 1 else ''}"
+    return [f"best {reward} per improvement episode: mean {sum(bests) / len(bests):.4f} over the {episodes_ran} "
+            f"where a program ran (last {len(recent)}: {sum(recent) / len(recent):.4f}; highest {max(bests):.4f})."]
