@@ -247,3 +247,16 @@ def test_a_run_with_improvement_episodes_keeps_its_best_single_program(tmp_path,
     row = capsys.readouterr().out.splitlines()[1].split()
     assert row[:3] == [SCRIPTED_ENV, "sampled", "1"] and row[-1] == "1.00"  # a program ran: the episode succeeded
     assert float(row[-2]) == pytest.approx(-0.6 + best.mean_auc, abs=5e-4)  # the graded penalty plus the best AUC (3 digits)
+
+
+def test_the_untrained_baseline_runs_improvement_episodes_too(tmp_path, program_scores):
+    """The honest baseline (docs/datasci.md): `learn=False` in the same scaffold, with the new options."""
+    config = scripted_config(2)  # each thread's four steps: a failure, then the script's three programs
+    config.learn = False
+    config.env.kwargs = {"max_attempts": 4, "timeout_s": 60.0, "improve_attempts": 2, "graded_failures": True}
+    result = train.run(config, tmp_path / "untrained", show_progress=False)
+    assert best_program.read_best(tmp_path / "untrained").mean_auc == max(s for s in program_scores if s is not None)
+    assert [r["failures_build"] for r in result.records] == [2, 0]  # each thread's first program fails
+    assert [r["distinct_estimators"] for r in result.records] == [1, 2]  # a tree; a regression and a tree
+    summary = cli.summary_text(config, result)
+    assert "updates without learning" in summary and "failures by stage: build" in summary
