@@ -40,8 +40,12 @@ def get_config():
     # Retry prompts quote the error and the previous code; these caps keep a
     # retry prompt under ~450 tokens (the learner's cost grows with it).
     # allow_unsandboxed=True runs model-written code even without bubblewrap (unsafe; docs/datasci.md).
+    # Beyond the paper, off here (docs/datasci.md, "Options beyond the paper"): graded_failures=True gives a
+    # failure its stage's penalty (failure_rewards="limit=-0.5,..." moves single stages); improve_attempts=k
+    # goes on for k attempts at a better program after the first one that runs.  Written out so that
+    # `--config.env.kwargs.improve_attempts=2` (the config is locked) can set them.
     config.env.kwargs = dict(template="chat", max_attempts=5, timeout_s=30.0, error_chars=300, code_chars=1000,
-                             allow_unsandboxed=False)
+                             allow_unsandboxed=False, graded_failures=False, failure_rewards="", improve_attempts=0)
     config.env.vector_mode = "threads"  # a step waits on the sandbox subprocess
     config.prompt_format = "chat"
     # bfloat16 where the machine multiplies it natively (a GPU; a CPU with AVX-512-BF16 or AMX), else

@@ -162,6 +162,15 @@ def _episode_seed(base_seed: int | None, env_index: int, episode: int, num_envs:
     return base_seed + env_index + episode * num_envs
 
 
+def env_episode_state(env: TextEnv) -> dict[str, Any] | None:
+    """The env's episode in progress as JSON-able values (`env.episode_state()`), or None for an env
+    without that method (or one that returns None): such an episode is resumed by replaying its
+    actions.  An env that keeps its episode's state (DataSciCoding's improvement episodes) also has
+    `restore_episode(state) -> Observation`, which puts it back exactly."""
+    method = getattr(env, "episode_state", None)
+    return None if method is None else method()
+
+
 class _InlineWorker:
     """Holds one env in this process."""
 
@@ -173,6 +182,12 @@ class _InlineWorker:
 
     def step(self, action):
         return self.env.step(action)
+
+    def episode_state(self):
+        return env_episode_state(self.env)
+
+    def restore_episode(self, state):
+        return self.env.restore_episode(state)
 
     def close(self):
         close = getattr(self.env, "close", None)
@@ -191,7 +206,14 @@ def _process_worker_main(conn, name, kwargs):
             conn.close()
             return
         try:
-            result = env.reset(seed=arg) if command == "reset" else env.step(arg)
+            if command == "reset":
+                result = env.reset(seed=arg)
+            elif command == "episode_state":
+                result = env_episode_state(env)
+            elif command == "restore_episode":
+                result = env.restore_episode(arg)
+            else:
+                result = env.step(arg)
             conn.send(("ok", result))
         except BaseException as error:  # sent back and re-raised in the parent
             conn.send(("error", error))
@@ -221,6 +243,12 @@ class _ProcessWorker:
 
     def step(self, action):
         return self._call("step", action)
+
+    def episode_state(self):
+        return self._call("episode_state", None)
+
+    def restore_episode(self, state):
+        return self._call("restore_episode", state)
 
     def close(self):
         try:
@@ -303,15 +331,16 @@ class VectorEnv:
         return list(self._pool.map(fn, range(self.num_envs)))
 
     def _call(self, i: int, call: str, *args: Any) -> Any:
-        """Worker i's `reset` or `step`, the environment's own exceptions raised as EnvCallError (the
-        original as its cause) and what it returns checked (`envs_py.checks`: EnvOutputError)."""
+        """Worker i's `reset`, `step` or `restore_episode`, the environment's own exceptions raised as
+        EnvCallError (the original as its cause) and what it returns checked (`envs_py.checks`:
+        EnvOutputError)."""
         try:
             result = getattr(self._workers[i], call)(*args)
         except EnvError:
             raise
         except Exception as error:
             raise EnvCallError(self.name, i, call, error) from error
-        if call == "reset":
+        if call in ("reset", "restore_episode"):
             check_observation(result, self.name, i, call)
         else:
             check_step_result(result, self.name, i)
@@ -347,9 +376,17 @@ class VectorEnv:
             self._episodes = [int(c) for c in episode_counters]
         return self._map(self._reset_one)
 
+    @property
+    def episode_states(self) -> list[dict[str, Any] | None]:
+        """Each env's episode in progress as its env keeps it (`env_episode_state`; None for an env
+        that keeps none): what `resume` restores instead of replaying actions."""
+        return self._map(lambda i: self._workers[i].episode_state())
+
     def resume(self, episode_counters: Sequence[int], episode_actions: Sequence[Sequence[str]],
-               digests: Sequence[str | None] | None = None) -> tuple[list[Observation], list[int]]:
-        """Puts every env back where a checkpoint left it: `reset(episode_counters)`, then env i replays
+               digests: Sequence[str | None] | None = None,
+               states: Sequence[dict[str, Any] | None] | None = None) -> tuple[list[Observation], list[int]]:
+        """Puts every env back where a checkpoint left it: `reset(episode_counters)`, then env i restores
+        `states[i]` (its `episode_states` entry, when it has one: exact, nothing re-run) or else replays
         `episode_actions[i]` (its episode so far).  An env whose replay ends the episode early, or (when
         `digests` are given) leads to an observation whose `observation_digest` differs, restarts its
         episode instead, as a plain reset would.  Returns (observations, the envs that restarted)."""
@@ -357,16 +394,22 @@ class VectorEnv:
             raise ValueError(f"expected {self.num_envs} action lists, got {len(episode_actions)}")
         if digests is not None and len(digests) != self.num_envs:
             raise ValueError(f"expected {self.num_envs} observation digests, got {len(digests)}")
+        if states is not None and len(states) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} episode states, got {len(states)}")
         observations = self.reset(episode_counters)
 
         def replay(i: int) -> tuple[Observation, bool]:
             observation = observations[i]
-            for action in episode_actions[i]:
-                result = self._call(i, "step", str(action))
-                if result.done:
-                    return self._reset_one(i), False
-                self._episode_actions[i].append(str(action))
-                observation = result.observation
+            if states is not None and states[i] is not None:
+                observation = self._call(i, "restore_episode", states[i])
+                self._episode_actions[i] = [str(action) for action in episode_actions[i]]
+            else:
+                for action in episode_actions[i]:
+                    result = self._call(i, "step", str(action))
+                    if result.done:
+                        return self._reset_one(i), False
+                    self._episode_actions[i].append(str(action))
+                    observation = result.observation
             expected = None if digests is None else digests[i]
             if expected is not None and observation_digest(observation) != expected:
                 return self._reset_one(i), False

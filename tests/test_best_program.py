@@ -234,3 +234,45 @@ def test_rescore_without_a_best_program_is_one_line(tmp_path, capsys):
                           (run / "config.json", f"error: {run / 'config.json'} is a file, not a run directory")):
         assert best_program.main(["--workdir", str(workdir)]) == 2
         assert capsys.readouterr().err.strip().splitlines() == [said]
+
+
+def test_a_run_with_improvement_episodes_keeps_its_best_single_program(tmp_path, program_scores, capsys):
+    """Improvement episodes with graded failures: rewards are gains, yet the kept best program is the
+    best single program with its own AUC; best_program re-scores it, evaluate plays the run, and the
+    records and the summary count estimators and failures by stage."""
+    from poad_jax.tools import evaluate
+
+    config = scripted_config(2)
+    config.env.kwargs = {"max_attempts": 4, "timeout_s": 60.0, "improve_attempts": 2, "graded_failures": True}
+    workdir = tmp_path / "improve"
+    result = train.run(config, workdir, show_progress=False)
+    best = best_program.read_best(workdir)
+    assert best.mean_auc == max(s for s in program_scores if s is not None)
+    assert best.env_kwargs["improve_attempts"] == 2
+    assert result.records[-1]["best_step_reward"] == best.mean_auc
+    assert all("distinct_estimators" in r and r["failures_build"] >= 0 for r in result.records)
+    assert sum(r["failures_build"] for r in result.records) == result.episodes["failure_stages"]["build"] >= 1
+    assert sum(r["distinct_estimators"] for r in result.records) >= 2  # stumps and trees, logistic regressions
+    bests = [b for b in result.episodes["finished_best"] if b is not None]
+    assert bests and all(b == best.mean_auc for b in bests)  # each episode ends at the script's best program
+    summary = cli.summary_text(config, result)
+    assert "failures by stage: build" in summary and "best AUC per improvement episode" in summary
+    assert best_program.main(["--workdir", str(workdir)]) == 0
+    assert f"re-run:   mean AUC {best.mean_auc:.4f}" in capsys.readouterr().out
+    assert evaluate.main(["--workdir", str(workdir), "--episodes", "1", "--mode", "sampled", "--max-steps", "8"]) == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[:3] == [SCRIPTED_ENV, "sampled", "1"] and row[-1] == "1.00"  # a program ran: the episode succeeded
+    assert float(row[-2]) == pytest.approx(-0.6 + best.mean_auc, abs=5e-4)  # the graded penalty plus the best AUC (3 digits)
+
+
+def test_the_untrained_baseline_runs_improvement_episodes_too(tmp_path, program_scores):
+    """The honest baseline (docs/datasci.md): `learn=False` in the same scaffold, with the new options."""
+    config = scripted_config(2)  # each thread's four steps: a failure, then the script's three programs
+    config.learn = False
+    config.env.kwargs = {"max_attempts": 4, "timeout_s": 60.0, "improve_attempts": 2, "graded_failures": True}
+    result = train.run(config, tmp_path / "untrained", show_progress=False)
+    assert best_program.read_best(tmp_path / "untrained").mean_auc == max(s for s in program_scores if s is not None)
+    assert [r["failures_build"] for r in result.records] == [2, 0]  # each thread's first program fails
+    assert [r["distinct_estimators"] for r in result.records] == [1, 2]  # a tree; a regression and a tree
+    summary = cli.summary_text(config, result)
+    assert "updates without learning" in summary and "failures by stage: build" in summary

@@ -189,3 +189,48 @@ def test_curves_with_and_without_episodes(tmp_path):
     for name, eps in (("with.png", episodes), ("without.png", {})):
         path = run_logging.plot_curves(records, tmp_path / name, eps)
         assert path.stat().st_size > 0
+
+
+IMPROVEMENT_STEPS = [  # one improvement episode of thread 0 (k = 2) and a paper episode of thread 1
+    (0, -0.6, False, {"success": False, "error": "ValueError: boom", "failure_stage": "build", "estimator": None,
+                      "episode_success": False, "episode_best_auc": None}),
+    (0, 0.8, False, {"success": True, "auc": 0.8, "failure_stage": None, "estimator": "LogisticRegression",
+                     "episode_success": True, "episode_best_auc": 0.8}),
+    (1, -1.0, False, {"success": False, "error": "SyntaxError: x", "failure_stage": "extract", "estimator": None}),
+    (0, 0.0, False, {"success": True, "auc": 0.7, "failure_stage": None, "estimator": "GaussianNB",
+                     "episode_success": True, "episode_best_auc": 0.8}),
+    (0, -0.4, True, {"success": False, "error": "TypeError: x", "failure_stage": "predict_proba", "estimator": "SVC",
+                     "episode_success": True, "episode_best_auc": 0.8}),
+    (1, 0.9, True, {"success": True, "auc": 0.9, "failure_stage": None, "estimator": "LogisticRegression"}),
+]
+
+
+def test_episode_stats_score_programs_by_their_auc_and_count_stages_and_estimators():
+    """In an improvement episode a reward is a gain: the success means and the best use `info["auc"]`; the
+    episode succeeded when any of its programs ran; stages, estimators and the episode's best are kept."""
+    from poad_jax.agent.episodes import merge_episode_states, program_summary
+
+    stats = _stats_after(IMPROVEMENT_STEPS)
+    assert stats.best_success_reward == 0.9 and stats.success_reward_sum == pytest.approx(0.8 + 0.7 + 0.9)
+    assert stats.finished_success == [True, True] and stats.finished_best == [0.8, None]
+    assert stats.finished_returns == [pytest.approx(-0.6 + 0.8 + 0.0 - 0.4), pytest.approx(-1.0 + 0.9)]
+    assert stats.failure_stages == {"build": 1, "extract": 1, "predict_proba": 1}
+    assert stats.estimator_counts == {"LogisticRegression": 2, "GaussianNB": 1, "SVC": 1} and stats.programs == 6
+    before = _stats_after(IMPROVEMENT_STEPS[:2]).program_tallies()
+    assert program_summary(stats, before) == {"distinct_estimators": 3, "failures_build": 0, "failures_extract": 1,
+                                              "failures_predict_proba": 1}
+    assert program_summary(_stats_after(STEPS), _stats_after([]).program_tallies()) == {}  # no estimators: not programs
+    restored = EpisodeStats(running_return=[0.0, 0.0])
+    restored.load_state_dict(stats.state_dict())
+    assert restored.state_dict() == stats.state_dict()
+    older = {k: v for k, v in stats.state_dict().items() if k not in ("finished_best", "failure_stages")}
+    restored.load_state_dict(older)  # a checkpoint from before these fields
+    assert restored.finished_best == [None, None] and restored.failure_stages == {}
+    merged = merge_episode_states([stats.state_dict(), _stats_after(IMPROVEMENT_STEPS[5:]).state_dict()])
+    assert merged["failure_stages"] == stats.failure_stages and merged["programs"] == 7
+    assert merged["estimator_counts"]["LogisticRegression"] == 3
+    assert sorted(merged["finished_best"], key=str) == [0.8, None, None]
+    lines = " ".join(run_logging.run_summary_lines([{"update": 1, "env_steps": 6}], stats.state_dict(), 6,
+                                                   "programs", "ran", "AUC"))
+    assert "failures by stage: build 1, extract 1, predict_proba 1" in lines
+    assert "best AUC per improvement episode: mean 0.8000 over the 1 episode where a program ran" in lines

@@ -1179,6 +1179,24 @@ def test_a_finished_cell_recorded_before_a_config_field_existed_is_reused_at_tha
     assert scheduler.find_reusable(workdir, config, 16) is None
 
 
+def test_a_cell_recorded_before_an_env_option_existed_is_reused_at_the_options_default(tmp_path):
+    """A config file that now writes out an env option at the env's own default (DataSciCoding's
+    `improve_attempts=0`, so that a flag can set it) is the computation an older cell ran without it."""
+    study = spec.load_study(write_study(tmp_path, updates=1, methods=("poad",), seeds=(0,)))
+    config = spec.cell_config(study, spec.grid(study)[0])
+    defaults = scheduler._env_defaults(config.env.name)
+    option = next(k for k, v in config.env.kwargs.items() if k in defaults and defaults[k] == v)  # toy: horizon 2
+    recorded = json.loads(config.to_json_best_effort())
+    del recorded["env"]["kwargs"][option]  # the older cell's config file did not write it out
+    cell = tmp_path / "runs" / "older" / "cells" / "POAD__seed=0"
+    _fake_cell(cell.parent.parent, cell.name, [{"update": 1, "env_steps": 16}], "done")
+    scheduler.write_json_atomic(cell / "config.json", recorded)
+    workdir = tmp_path / "runs" / "newer"
+    assert scheduler.find_reusable(workdir, config, 16) == cell
+    config.env.kwargs[option] = defaults[option] + 1
+    assert scheduler.find_reusable(workdir, config, 16) is None
+
+
 def test_a_cell_recorded_with_what_auto_resolved_to_is_reused_where_auto_resolves_the_same(tmp_path, monkeypatch):
     """A trainer records `matmul_dtype` and `behaviour_logprobs` as "auto" resolved on its machine: a
     sibling cell that recorded bfloat16 / recompute is this config's where "auto" resolves so (a CPU with

@@ -44,6 +44,7 @@ ERROR_CHARS = 4000
 READ_CHUNK = 1 << 16
 RESULT_FD = -1
 JOB, DATA, CANDIDATE, NETWORK_ISOLATED = {}, {}, "", False
+STAGE = "extract"  # how far the candidate got (main)
 
 
 def read_all(fd):
@@ -219,12 +220,16 @@ class CappedStream:
 
 
 def class_probabilities(model, x_test, classes):
-    """Returns [n_test, len(classes)] probabilities aligned to `classes`."""
+    """Returns [n_test, len(classes)] probabilities aligned to `classes`; moves STAGE on to "proba"
+    once predict_proba has returned."""
+    global STAGE
     if not hasattr(model, "predict_proba"):
         raise TypeError(
             f"build_model returned {type(model).__name__}, not a fitted classifier with predict_proba"
         )
-    proba = np.asarray(model.predict_proba(x_test), dtype=np.float64)
+    raw = model.predict_proba(x_test)
+    STAGE = "proba"
+    proba = np.asarray(raw, dtype=np.float64)
     model_classes = list(getattr(model, "classes_", classes))
     if proba.ndim != 2 or proba.shape != (len(x_test), len(model_classes)):
         raise ValueError(f"predict_proba returned shape {proba.shape}, expected ({len(x_test)}, {len(model_classes)})")
@@ -237,18 +242,30 @@ def class_probabilities(model, x_test, classes):
 
 
 def main():
-    """Runs the candidate on this process's split and writes the result; exits without teardown."""
+    """Runs the candidate on this process's split and writes the result; exits without teardown.
+
+    A failure's status names the stage it happened in (envs_py/datasci/stages.py lists them): STAGE
+    moves on as the candidate gets further; a MemoryError or the output cap is "limit" wherever it
+    happens."""
+    global STAGE
     classes = [int(c) for c in DATA["classes"]]
     namespace = {"__name__": "candidate", "__builtins__": __builtins__}
     sys.addaudithook(audit)
-    sys.stdout = sys.stderr = CappedStream(JOB["max_output_chars"])
+    capped = CappedStream(JOB["max_output_chars"])
+    sys.stdout = sys.stderr = capped
     results = {}
     try:
-        exec(compile(CANDIDATE, "<candidate>", "exec"), namespace)
+        STAGE = "extract"
+        code = compile(CANDIDATE, "<candidate>", "exec")
+        STAGE = "import"
+        exec(code, namespace)
         build_model = namespace.get("build_model")
         if not callable(build_model):
+            STAGE = "extract"
             raise NameError("the code does not define a function build_model(x_train, y_train)")
+        STAGE = "build"
         model = build_model(DATA["x_train"].copy(), DATA["y_train"].copy())
+        STAGE = "build" if model is None else "predict_proba"
         results["proba"] = class_probabilities(model, DATA["x_test"].copy(), classes)
         status = {"ok": True}
     except BaseException as error:  # SystemExit and KeyboardInterrupt included
@@ -256,7 +273,9 @@ def main():
         lines = traceback.format_exception(type(error), error, error.__traceback__)
         kept = [line for line in lines if "_runner.py" not in line]
         message = f"{type(error).__name__}: {error}"
-        status = {"ok": False, "error": message[:ERROR_CHARS], "traceback": "".join(kept)[-ERROR_CHARS:]}
+        limit = isinstance(error, MemoryError) or (isinstance(error, OverflowError) and capped.count > capped.limit)
+        status = {"ok": False, "error": message[:ERROR_CHARS], "traceback": "".join(kept)[-ERROR_CHARS:],
+                  "stage": "limit" if limit else STAGE}
         results = {}
     status["network_isolated"] = NETWORK_ISOLATED
     write_result(status, results)

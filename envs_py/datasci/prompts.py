@@ -1,4 +1,5 @@
-"""Prompt templates of DataSciCoding: the task, and the retry after a failure.
+"""Prompt templates of DataSciCoding: the task, the retry after a failure, and the request for a
+better program in an improvement episode (`improve_prompt`).
 
 Two templates:
   "chat": the user message for an instruct model (the trainer applies the
@@ -85,6 +86,34 @@ def retry_prompt(template: str, dataset: str, num_rows: int, num_features: int, 
     commented = "\n".join("# " + line for line in (
         ["Previous attempt:"] + code.splitlines() + ["It failed with:"] + message.splitlines()
     ))
+    return _plain_prompt(description + "\n", commented + "\n")
+
+
+def improve_prompt(template: str, dataset: str, num_rows: int, num_features: int, num_classes: int,
+                   best_code: str, best_auc: float, last_code: str | None = None, last_error: str | None = None,
+                   last_auc: float | None = None, error_chars: int = DEFAULT_ERROR_CHARS,
+                   code_chars: int = DEFAULT_CODE_CHARS) -> str:
+    """Returns the observation of an improvement episode once a program has run: the task, the
+    episode's best program and its ROC AUC, what the last attempt did when it was not that best
+    program (`last_code` and `last_error` when it failed, `last_auc` when it ran and scored no
+    better), and the request for a better program."""
+    description = task_description(dataset, num_rows, num_features, num_classes)
+    best = truncate(best_code, code_chars)
+    chat = check_template(template) == "chat"
+    last = []
+    if last_error is not None:
+        code = truncate(last_code or "", code_chars)
+        last = ["Your last program failed.", "Its code:",
+                *([f"```python\n{code}\n```"] if chat else code.splitlines()),
+                "Error:", *truncate(last_error, error_chars).splitlines()]
+    elif last_auc is not None:
+        last = [f"Your last program ran and scored ROC AUC {last_auc:.4f}, not better."]
+    ask = "Write a better version: a classifier whose ROC AUC on held-out rows is higher."
+    if chat:
+        return "\n".join([description, f"Your best program so far scores ROC AUC {best_auc:.4f}:",
+                          f"```python\n{best}\n```", *last, f"{ask} {CHAT_ANSWER_FORMAT}"])
+    commented = "\n".join("# " + line for line in (
+        [f"Best program so far (ROC AUC {best_auc:.4f}):"] + best.splitlines() + last + [ask]))
     return _plain_prompt(description + "\n", commented + "\n")
 
 

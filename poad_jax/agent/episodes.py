@@ -25,6 +25,18 @@ class EpisodeStats:
     steps' rewards (DataSciCoding: their AUCs), `best_success_reward` the
     best reward of a successful step (the best AUC), and `failure_kinds` how often each
     kind of failure (the error's exception name) occurred.
+
+    A step's score is `info["auc"]` where the env gives one (DataSciCoding: the
+    program's ROC AUC, which in improvement episodes is not its reward), else
+    its reward; the success sums and the best use the score.  An episode's
+    success is its last step's `info["episode_success"]` where given (an
+    improvement episode succeeded if any of its programs ran), else that
+    step's `info["success"]`.  DataSciCoding's programs also leave
+    `failure_stages` (failures by the stage they reached, `info["failure_stage"]`),
+    `estimator_counts` (programs by the estimator class they return,
+    `info["estimator"]`), `programs` (steps whose info has an `estimator` entry: programs written)
+    and `finished_best` (each finished episode's `info["episode_best_auc"]`,
+    None where absent).
     """
 
     running_return: list[float]
@@ -42,6 +54,10 @@ class EpisodeStats:
     success_reward_sum: float = 0.0
     best_success_reward: float | None = None
     failure_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
+    failure_stages: dict[str, int] = dataclasses.field(default_factory=dict)
+    estimator_counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    programs: int = 0
+    finished_best: list[float | None] = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         threads = len(self.running_return)
@@ -56,15 +72,29 @@ class EpisodeStats:
         self.running_discounted[thread] += self.discount ** self.running_length[thread] * reward
         self.running_length[thread] += 1
         if info.get("success", False):
+            score = float(info.get("auc", reward))
             self.succeeded_steps += 1
-            self.success_reward_sum += reward
-            if self.best_success_reward is None or reward > self.best_success_reward:
-                self.best_success_reward = reward
+            self.success_reward_sum += score
+            if self.best_success_reward is None or score > self.best_success_reward:
+                self.best_success_reward = score
         elif info.get("error"):
             kind = failure_kind(str(info["error"]))
             self.failure_kinds[kind] = self.failure_kinds.get(kind, 0) + 1
+        self._count_program(info)
         if done:
-            self._finish(thread, bool(info.get("success", False)), env_steps)
+            self._finish(thread, bool(info.get("episode_success", info.get("success", False))), env_steps,
+                         info.get("episode_best_auc"))
+
+    def _count_program(self, info: dict[str, Any]) -> None:
+        """Counts a program's failure stage and estimator class (DataSciCoding's info; nothing elsewhere)."""
+        stage = info.get("failure_stage")
+        if stage:
+            self.failure_stages[str(stage)] = self.failure_stages.get(str(stage), 0) + 1
+        if "estimator" in info:
+            self.programs += 1
+            if info["estimator"]:
+                name = str(info["estimator"])
+                self.estimator_counts[name] = self.estimator_counts.get(name, 0) + 1
 
     def end_episode(self, thread: int, env_steps: int) -> None:
         """Ends `thread`'s episode in progress without a terminal step (an episodic rollout cut it off at
@@ -72,7 +102,8 @@ class EpisodeStats:
         if self.running_length[thread]:
             self._finish(thread, False, env_steps)
 
-    def _finish(self, thread: int, success: bool, env_steps: int) -> None:
+    def _finish(self, thread: int, success: bool, env_steps: int, best: float | None = None) -> None:
+        self.finished_best.append(None if best is None else float(best))
         self.finished_returns.append(self.running_return[thread])
         self.finished_discounted.append(self.running_discounted[thread])
         self.finished_success.append(success)
@@ -104,7 +135,15 @@ class EpisodeStats:
             "success_reward_sum": self.success_reward_sum,
             "best_success_reward": self.best_success_reward,
             "failure_kinds": dict(self.failure_kinds),
+            "failure_stages": dict(self.failure_stages),
+            "estimator_counts": dict(self.estimator_counts),
+            "programs": self.programs,
+            "finished_best": list(self.finished_best),
         }
+
+    def program_tallies(self) -> tuple[int, dict[str, int], dict[str, int]]:
+        """(programs, estimator counts, failure stage counts): a snapshot for `program_summary`."""
+        return self.programs, dict(self.estimator_counts), dict(self.failure_stages)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores `state_dict()`; fields absent from older checkpoints keep their defaults."""
@@ -120,6 +159,10 @@ class EpisodeStats:
         self.success_reward_sum = float(state.get("success_reward_sum", 0.0))
         self.best_success_reward = state.get("best_success_reward")
         self.failure_kinds = dict(state.get("failure_kinds", {}))
+        self.failure_stages = dict(state.get("failure_stages", {}))
+        self.estimator_counts = dict(state.get("estimator_counts", {}))
+        self.programs = int(state.get("programs", 0))
+        self.finished_best = list(state.get("finished_best", [None] * len(self.finished_returns)))
         threads = len(self.running_return)
         self.restore_running([0.0] * threads, [0.0] * threads, [0] * threads)
 
@@ -142,13 +185,10 @@ def merge_episode_states(states: list[dict[str, Any]]) -> dict[str, Any]:
 
     episodes = [episode for state in states for episode in zip(
         column(state, "finished_env_steps", -1), state.get("finished_returns", []),
-        state.get("finished_success", []), column(state, "finished_discounted", float("nan")))]
+        state.get("finished_success", []), column(state, "finished_discounted", float("nan")),
+        column(state, "finished_best", None))]
     episodes.sort(key=lambda episode: episode[0])
     bests = [s["best_success_reward"] for s in states if s.get("best_success_reward") is not None]
-    kinds: dict[str, int] = {}
-    for state in states:
-        for kind, count in state.get("failure_kinds", {}).items():
-            kinds[kind] = kinds.get(kind, 0) + int(count)
     return {
         "finished_returns": [e[1] for e in episodes],
         "finished_success": [e[2] for e in episodes],
@@ -159,8 +199,21 @@ def merge_episode_states(states: list[dict[str, Any]]) -> dict[str, Any]:
         "reward_sum": sum(float(s.get("reward_sum", 0.0)) for s in states),
         "success_reward_sum": sum(float(s.get("success_reward_sum", 0.0)) for s in states),
         "best_success_reward": max(bests) if bests else None,
-        "failure_kinds": kinds,
+        "failure_kinds": summed_counts(states, "failure_kinds"),
+        "failure_stages": summed_counts(states, "failure_stages"),
+        "estimator_counts": summed_counts(states, "estimator_counts"),
+        "programs": sum(int(s.get("programs", 0)) for s in states),
+        "finished_best": [e[4] for e in episodes],
     }
+
+
+def summed_counts(states: list[dict[str, Any]], name: str) -> dict[str, int]:
+    """The counts `name` ({kind: count}) of every state, summed per kind."""
+    total: dict[str, int] = {}
+    for state in states:
+        for kind, count in state.get(name, {}).items():
+            total[kind] = total.get(kind, 0) + int(count)
+    return total
 
 
 
@@ -211,3 +264,18 @@ def step_summary(stats: EpisodeStats, before: tuple[int, int, float]) -> dict[st
         "steps_succeeded_total": stats.succeeded_steps,
         "best_step_reward": stats.best_success_reward,
     }
+
+
+
+def program_summary(stats: EpisodeStats, before: tuple[int, dict[str, int], dict[str, int]]) -> dict[str, Any]:
+    """What the programs written since `before = stats.program_tallies()` were (DataSciCoding; {} for
+    a run whose env names no estimators): `distinct_estimators`, how many estimator classes they
+    returned, and `failures_<stage>` for every stage a failure of the run has reached so far."""
+    _, estimators, stages = before
+    if not stats.programs:
+        return {}
+    grew = [name for name, count in stats.estimator_counts.items() if count > estimators.get(name, 0)]
+    record: dict[str, Any] = {"distinct_estimators": len(grew)}
+    for stage in sorted(stats.failure_stages):
+        record[f"failures_{stage}"] = stats.failure_stages[stage] - stages.get(stage, 0)
+    return record

@@ -135,14 +135,16 @@ def candidates(results: Iterable[Any], first_env_step: int) -> list[tuple[float,
 
     `results` are one vector step's StepResults; thread b's step is env step
     `first_env_step + b + 1`.  Steps without a scored program are skipped,
-    so any environment can be offered (only DataSciCoding has programs).
+    so any environment can be offered (only DataSciCoding has programs).  A
+    program's mean AUC is `info["auc"]` (in an improvement episode its reward
+    is its gain over the episode's best), else its reward (older envs).
     """
     found = []
     for b, result in enumerate(results):
         info = result.info
         if info.get("success") and "program" in info and info.get("auc_per_split"):
             aucs = tuple(float(a) for a in info["auc_per_split"])
-            mean = float(result.reward)
+            mean = float(info.get("auc", result.reward))
             if math.isfinite(mean):
                 found.append((mean, aucs, str(info["program"]), first_env_step + b + 1, info.get("dataset")))
     return found

@@ -317,9 +317,26 @@ def run_summary_lines(records: list[dict[str, Any]], episodes: dict[str, Any], t
         kinds = sorted(episodes.get("failure_kinds", {}).items(), key=lambda kv: (-kv[1], kv[0]))
         if kinds:
             text += "; failures: " + ", ".join(f"{kind} {count}" for kind, count in kinds[:4])
+        stages = sorted(episodes.get("failure_stages", {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        if stages:
+            text += "; failures by stage: " + ", ".join(f"{stage} {count}" for stage, count in stages)
         lines.append(text + ".")
+    lines += episode_best_lines(episodes, reward)
     skipped = count_nonfinite_steps(records)
     if skipped:
         lines.append(f"{skipped} minibatch step(s) had a non-finite loss or gradient and changed nothing "
                      f"(updates {', '.join(str(r['update']) for r in records if r.get('nonfinite_steps'))[:80]}).")
     return lines
+
+
+def episode_best_lines(episodes: dict[str, Any], reward: str = "AUC") -> list[str]:
+    """The best `reward` of each finished episode that recorded one (DataSciCoding's improvement
+    episodes, `EpisodeStats.finished_best`), in one line: their mean, the last few's and the highest; []
+    for runs without."""
+    bests = [float(b) for b in episodes.get("finished_best", []) if b is not None]
+    if not bests:
+        return []
+    recent = bests[-EPISODE_WINDOW:]
+    episodes_ran = f"{len(bests)} episode{'s' if len(bests) != 1 else ''}"
+    return [f"best {reward} per improvement episode: mean {sum(bests) / len(bests):.4f} over the {episodes_ran} "
+            f"where a program ran (last {len(recent)}: {sum(recent) / len(recent):.4f}; highest {max(bests):.4f})."]

@@ -56,9 +56,10 @@ def checkpoint_meta(update: int, collector: RolloutCollector, envs, rollout_rng,
 
 def episodes_in_progress(collector: RolloutCollector, envs) -> dict[str, list[Any]]:
     """Per thread (this process's, in order): the actions of the episode in progress, the digest of the
-    observation they led to and the return so far, so that a resumed run continues each episode where
-    the checkpoint left it (`restore_episodes`) rather than restarting it."""
-    return {"actions": envs.episode_actions,
+    observation they led to, the return so far and the env's own record of the episode where it keeps
+    one (`VectorEnv.episode_states`: DataSciCoding's improvement episodes), so that a resumed run
+    continues each episode where the checkpoint left it (`restore_episodes`) rather than restarting it."""
+    return {"actions": envs.episode_actions, "states": envs.episode_states,
             "digests": [envs_py.observation_digest(o) for o in collector.observations],
             "returns": list(collector.stats.running_return),
             "discounted": list(collector.stats.running_discounted),
@@ -71,8 +72,9 @@ def same_process_layout(meta: dict[str, Any], count: int) -> bool:
 
 def restore_episodes(meta: dict[str, Any], collector: RolloutCollector, envs, counters: list[int],
                      first_thread: int, same_layout: bool) -> list[int]:
-    """Resets the envs to their checkpointed episodes and replays each episode in progress (its actions,
-    checked against the observation's digest); restores the running returns.  Checkpoints written
+    """Resets the envs to their checkpointed episodes and restores each episode in progress (its env's
+    saved state, or else a replay of its actions; checked against the observation's digest); restores
+    the running returns.  Checkpoints written
     before episodes were kept, or under another process layout, restart every episode.  Returns the
     threads (this process's) whose episode restarted although one was in progress."""
     saved = meta.get("in_progress")
@@ -81,7 +83,8 @@ def restore_episodes(meta: dict[str, Any], collector: RolloutCollector, envs, co
         return []
     mine = slice(first_thread, first_thread + envs.num_envs)
     actions, digests, returns = saved["actions"][mine], saved["digests"][mine], saved["returns"][mine]
-    collector.observations, restarted = envs.resume(counters, actions, digests)
+    states = saved["states"][mine] if "states" in saved else None  # older checkpoints: replayed
+    collector.observations, restarted = envs.resume(counters, actions, digests, states)
     # Checkpoints from before the discounted return was kept: that episode's is unknown (NaN).
     discounted = saved.get("discounted", [float("nan")] * len(saved["returns"]))[mine]
     lengths = saved.get("lengths", [0] * len(saved["returns"]))[mine]

@@ -39,7 +39,7 @@ import ml_collections
 import envs_py
 from poad_jax.agent.experience import PrefixPlans, behaviour_statistics, groups_with_signal, make_token_batch
 from poad_jax.agent.methods import Method
-from poad_jax.agent.episodes import episode_summary, step_summary
+from poad_jax.agent.episodes import episode_summary, program_summary, step_summary
 from poad_jax.agent.learner import TrainState
 from poad_jax.agent.rollout import RolloutCollector, StepRecord, actions_cut_off
 from poad_jax.core import flops as flops_lib
@@ -212,6 +212,7 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
         while collector.env_steps < total and (max_updates is None or updates_this_call < max_updates):
             before, sampler_flops = dict(collector.timings), sampler.matmul_flops
             episodes_before, counters_before = len(run_episodes.finished_returns), run_episodes.counters()
+            tallies_before = run_episodes.program_tallies()  # DataSciCoding: estimators and failure stages
             update_in_flight = int(state.update_step) + 1
             progress.phase(f"update {update_in_flight}/{last_update}: rollout")
             rollout_rng, collect_rng = jax.random.split(rollout_rng)
@@ -238,7 +239,8 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
                 target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
             record = {"update": update, "env_steps": collector.env_steps,
                       **episode_summary(run_episodes, since=episodes_before),
-                      **step_summary(run_episodes, counters_before), **learned,
+                      **step_summary(run_episodes, counters_before), **program_summary(run_episodes, tallies_before),
+                      **learned,
                       **{f"seconds_{phase}": value for phase, value in seconds.items()},
                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
             logger.log(record)

@@ -120,7 +120,8 @@ def evaluate_cold(code, X, y, limits, splits, base_dir, python, sandboxed: bool)
         isolated = isolated and outcome.network_isolated
         if outcome.error:
             return CandidateResult(False, error=outcome.error, seconds=time.monotonic() - start,
-                                   network_isolated=isolated, sandboxed=sandboxed, splits_run=index + 1)
+                                   network_isolated=isolated, sandboxed=sandboxed, splits_run=index + 1,
+                                   failure_stage=outcome.stage)
         aucs.append(outcome.auc)
     return CandidateResult(True, tuple(aucs), seconds=time.monotonic() - start, network_isolated=isolated,
                            sandboxed=sandboxed, splits_run=len(splits))

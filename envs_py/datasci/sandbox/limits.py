@@ -82,6 +82,8 @@ class CandidateResult:
       start_seconds: seconds this program waited for a warm sandbox to start
         (bounded by START_WALL_S; 0 in a kept sandbox already started, and
         on the cold path, where each split's clock covers its start).
+      failure_stage: how far a failing program got, one of
+        `envs_py.datasci.stages.STAGES` (None on success).
     """
 
     success: bool
@@ -93,6 +95,7 @@ class CandidateResult:
     splits_run: int = 0
     warm: bool = False
     start_seconds: float = 0.0
+    failure_stage: str | None = None
 
     @property
     def mean_auc(self) -> float:

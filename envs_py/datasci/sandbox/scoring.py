@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from envs_py.datasci.sandbox.limits import ERROR_TAIL_CHARS, SandboxLimits
+from envs_py.datasci.stages import known_stage
 from envs_py.datasci.sandbox.pipes import Exchange
 
 NUM_SPLITS = 5
@@ -61,11 +62,13 @@ def result_cap_bytes(num_test: int, num_classes: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class SplitOutcome:
-    """What one split's run gave: its AUC, or the error that fails the whole candidate."""
+    """What one split's run gave: its AUC, or the error that fails the whole candidate and the
+    stage it failed in (`envs_py.datasci.stages`)."""
 
     auc: float = float("nan")
     error: str = ""
     network_isolated: bool = False
+    stage: str | None = None
 
 
 def split_outcome(got: Exchange, returncode: int, y_test, classes, index: int, limits: SandboxLimits,
@@ -73,11 +76,13 @@ def split_outcome(got: Exchange, returncode: int, y_test, classes, index: int, l
     """Turns one split's exchange into its AUC or the candidate's error."""
     if got.timed_out:
         return SplitOutcome(error=f"TimeoutError: the code ran longer than {limits.wall_seconds:g} s "
-                                  f"on split {index}")
+                                  f"on split {index}", stage="limit")
     if got.overflow == "log":
-        return SplitOutcome(error=f"OverflowError: output limit of {limits.max_output_chars} characters exceeded")
+        return SplitOutcome(error=f"OverflowError: output limit of {limits.max_output_chars} characters exceeded",
+                            stage="limit")
     if got.overflow:
-        return SplitOutcome(error=f"the result stream passed {result_cap_bytes(len(y_test), len(classes))} bytes")
+        return SplitOutcome(error=f"the result stream passed {result_cap_bytes(len(y_test), len(classes))} bytes",
+                            stage="proba")
     return read_result(bytes(got.result), bytes(got.log_tail), y_test, classes, index, returncode, sandboxed)
 
 
@@ -93,11 +98,12 @@ def read_result(data: bytes, log: bytes, y_test, classes, index: int, returncode
     except Exception:  # noqa: BLE001 - anything the candidate could have written on the stream
         tail = log.decode("utf-8", "replace").strip()[-ERROR_TAIL_CHARS:]
         reason = describe_exit(returncode, sandboxed)
-        return SplitOutcome(error=f"the process {reason} without a result" + (f":\n{tail}" if tail else ""))
+        return SplitOutcome(error=f"the process {reason} without a result" + (f":\n{tail}" if tail else ""),
+                            stage="limit")
     isolated = bool(status.get("network_isolated", False))
     if not status.get("ok"):
         return SplitOutcome(error=str(status.get("error", "unknown error"))[:ERROR_TAIL_CHARS],
-                            network_isolated=isolated)
+                            network_isolated=isolated, stage=known_stage(status.get("stage")))
     labels = [int(c) for c in classes]
     try:
         proba = np.asarray(arrays["proba"], dtype=np.float64)
@@ -105,7 +111,7 @@ def read_result(data: bytes, log: bytes, y_test, classes, index: int, returncode
             raise ValueError(f"probabilities of split {index} have shape {proba.shape}")
         return SplitOutcome(auc=roc_auc(y_test, proba, labels), network_isolated=isolated)
     except (KeyError, TypeError, ValueError) as error:
-        return SplitOutcome(error=f"{type(error).__name__}: {error}", network_isolated=isolated)
+        return SplitOutcome(error=f"{type(error).__name__}: {error}", network_isolated=isolated, stage="proba")
 
 
 def describe_exit(returncode: int | None, sandboxed: bool = False) -> str:

@@ -239,7 +239,7 @@ def evaluate_warm(code, X, y, limits, splits, python, keeper: "WarmKeeper | None
             tail = bytes(warm.zygote_log).decode("utf-8", "replace").strip()[-ERROR_TAIL_CHARS:]
             return CandidateResult(False, error=f"TimeoutError: the sandbox did not start within {START_WALL_S:g} s"
                                    + (f":\n{tail}" if tail else ""), seconds=started, sandboxed=True, warm=True,
-                                   start_seconds=started)
+                                   start_seconds=started, failure_stage="limit")
         for index, (train, test) in enumerate(splits):
             payload = job_payload(code, X[train], y[train], X[test], classes, limits, True)
             cap = result_cap_bytes(len(test), len(classes))
@@ -254,7 +254,7 @@ def evaluate_warm(code, X, y, limits, splits, python, keeper: "WarmKeeper | None
             if outcome.error:
                 return CandidateResult(False, error=outcome.error, seconds=time.monotonic() - start,
                                        network_isolated=isolated, sandboxed=True, splits_run=index + 1, warm=True,
-                                       start_seconds=started)
+                                       start_seconds=started, failure_stage=outcome.stage)
             aucs.append(outcome.auc)
     finally:
         if keeper is None:

@@ -104,6 +104,38 @@ def _meaning(config_dict: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config_dict.items() if config_lib.resumable_kind(k) not in config_lib.SAME_NUMBERS}
 
 
+def _env_defaults(name: Any) -> dict[str, Any]:
+    """The keyword defaults of environment `name`'s constructor ({} for one that cannot be resolved)."""
+    import inspect
+
+    import envs_py
+
+    try:
+        parameters = inspect.signature(envs_py.spec(str(name)).resolve()).parameters.values()
+    except Exception:  # an env this checkout does not know: compared as written
+        return {}
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
+def _without_default_env_kwargs(config_dict: dict[str, Any]) -> dict[str, Any]:
+    """`config_dict` without the env kwargs that equal the environment's own defaults: a cell's config
+    file that now writes out an option at its default (DataSciCoding's `improve_attempts=0`, so that the
+    command line can set it) is the computation a cell that predates the option ran."""
+    env = config_dict.get("env")
+    if not isinstance(env, dict) or not isinstance(env.get("kwargs"), dict):
+        return config_dict
+    defaults = _env_defaults(env.get("name"))
+    kwargs = {k: v for k, v in env["kwargs"].items() if not (k in defaults and _same_value(defaults[k], v))}
+    return {**config_dict, "env": {**env, "kwargs": kwargs}}
+
+
+def _same_value(default: Any, value: Any) -> bool:
+    """Whether a JSON value equals a constructor default (None and "" are the same "off")."""
+    if default is None and value in (None, ""):
+        return True
+    return type(default) in (bool, int, float, str) and default == value and type(default) is type(value)
+
+
 def _completed_json(recorded: dict[str, Any]) -> dict[str, Any]:
     """`recorded` (a cell's config.json) with the fields it lacks at their declared defaults
     (`config.completed`): a cell trained before a field existed ran as that field's default
@@ -135,8 +167,8 @@ def ran_as(recorded: Any, config: ml_collections.ConfigDict) -> bool:
         return False
     resolved = copy.deepcopy(config)
     hardware.resolve_config(resolved)
-    wants = [_meaning(json.loads(c.to_json_best_effort())) for c in (config, resolved)]
-    return _meaning(_completed_json(recorded)) in wants
+    wants = [_meaning(_without_default_env_kwargs(json.loads(c.to_json_best_effort()))) for c in (config, resolved)]
+    return _meaning(_without_default_env_kwargs(_completed_json(recorded))) in wants
 
 
 # ---------------------------------------------------------------------------
