@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import envs_py
+from envs_py.datasci.sandbox import CandidateResult
 from poad_jax.run.best_program import BestProgram, write_best
 from poad_jax.tools.study import programs, report, spec
 from test_study_actions import write_study as study_file
@@ -80,8 +81,9 @@ def test_the_section_rescores_each_cell_and_sets_the_groups_beside_the_reference
     assert rows["POAD__seed=1"][5] == f"{true_auc['tree'].mean_auc:.4f}"
     assert rows["NTPO__seed=0"][5].startswith("failed: ") and "NTPO__seed=1" not in rows
     both = [true_auc["logistic"].mean_auc, true_auc["tree"].mean_auc]
-    assert rows["POAD"][1:] == ["2", f"{np.mean(both):.4f} ± {np.std(both, ddof=1):.4f}", f"{max(both):.4f}"]
-    assert rows["NTPO"][1:] == ["1", "0.7500", "0.7500"]
+    spread = f"{np.mean(both):.4f} ± {np.std(both, ddof=1):.4f}"
+    assert rows["POAD"][1:] == ["2", spread, f"{max(both):.4f}", spread]  # deterministic: re-scored alike
+    assert rows["NTPO"][1:] == ["1", "0.7500", "0.7500", "-"]
     for label, value in REFERENCES.items():
         assert rows[label][3] == f"{value:.4f}"
     best = max((LOGISTIC, true_auc["logistic"].mean_auc), (TREE, true_auc["tree"].mean_auc), (BROKEN, 0.75),
@@ -103,8 +105,30 @@ def test_without_rescoring_no_program_runs_and_without_programs_no_section(tmp_p
     assert "re-scored" not in header
 
 
+def test_a_program_whose_rescore_varies_is_reported_by_the_mean_of_its_repeats(tmp_path, monkeypatch):
+    """A second run equal to the first stops there; one that differs is run `repeats` times in all."""
+    workdir = tmp_path / "runs"
+    _keep(workdir, "POAD__seed=0", LOGISTIC, 0.8, 1, 8)
+    runs = iter([0.80, 0.80, 0.70, 0.90, 0.86, 0.78])
+
+    def fake_rescore(_):
+        auc = next(runs)
+        return None, CandidateResult(success=True, auc_per_split=(auc,) * 5)
+
+    monkeypatch.setattr(programs, "rescore", fake_rescore)
+    cell = workdir / "cells" / "POAD__seed=0"
+    assert programs.rescored(cell, repeats=4) == ("0.8000", 0.8)  # 0.80 twice: deterministic, two runs
+    said, mean = programs.rescored(cell, repeats=4)  # 0.70, 0.90, 0.86, 0.78
+    assert mean == pytest.approx(np.mean([0.70, 0.90, 0.86, 0.78]))
+    assert said == f"{mean:.4f} (mean of 4: 0.7000-0.9000)"
+    study = spec.load_study(write_study(tmp_path, {"rescore": True, "repeats": 10}))
+    assert study.report_options.best_programs.repeats == 10
+
+
 @pytest.mark.parametrize("option, message", [
     ({"rescore": "yes"}, "must be {\"rescore\": True or False"),
+    ({"rescore": True, "repeats": 0}, "must be {\"rescore\": True or False"),
+    ({"rescore": True, "repeats": True}, "must be {\"rescore\": True or False"),
     ({"reference": {"paper": "high"}}, "best_programs reference 'paper' must be a number, not 'high'"),
     ({"references": {}}, "must be {\"rescore\""),
     (["rescore"], "must be {\"rescore\""),

@@ -427,18 +427,23 @@ class BestPrograms:
 
     rescore: bool = False
     reference: dict[str, float] = dataclasses.field(default_factory=dict)
+    # A program whose second re-score differs from its first (its own randomness) is scored this many times
+    # in all and reported by the mean; 1: once.
+    repeats: int = 1
 
 
 def _best_programs(value: Any, where: _Where) -> BestPrograms:
-    """`{"rescore": bool, "reference": {label: AUC}}` (either may be left out); the defaults (no rescoring,
-    no reference) for a false value."""
+    """`{"rescore": bool, "repeats": int, "reference": {label: AUC}}` (any may be left out); the defaults (no
+    rescoring, once, no reference) for a false value."""
     if not value:
         return BestPrograms()
-    usage = 'report option best_programs must be {"rescore": True or False, "reference": {"<label>": AUC}}'
-    if not isinstance(value, dict) or set(value) - {"rescore", "reference"}:
+    usage = ('report option best_programs must be {"rescore": True or False, "repeats": <int >= 1>, '
+             '"reference": {"<label>": AUC}}')
+    if not isinstance(value, dict) or set(value) - {"rescore", "reference", "repeats"}:
         raise StudyError(f"study {where.study!r}: {usage}")
-    rescore, reference = value.get("rescore", False), value.get("reference", {})
-    if not isinstance(rescore, bool) or not isinstance(reference, dict):
+    rescore, reference, repeats = value.get("rescore", False), value.get("reference", {}), value.get("repeats", 1)
+    if (not isinstance(rescore, bool) or not isinstance(reference, dict) or isinstance(repeats, bool)
+            or not isinstance(repeats, int) or repeats < 1):
         raise StudyError(f"study {where.study!r}: {usage}")
     numbers = {}
     for label, number in reference.items():
@@ -447,7 +452,7 @@ def _best_programs(value: Any, where: _Where) -> BestPrograms:
         except (TypeError, ValueError):
             raise StudyError(f"study {where.study!r}: best_programs reference {label!r} must be a number, "
                              f"not {number!r}") from None
-    return BestPrograms(rescore, numbers)
+    return BestPrograms(rescore, numbers, repeats)
 
 
 @dataclasses.dataclass(frozen=True)
