@@ -1,4 +1,5 @@
-"""POAD, NTPO and TWOSOME: which discounts, what one stream element is, and all that follows.
+"""POAD, NTPO, TWOSOME, GRPO and GiGPO: which discounts or group advantages, what one stream
+element is, and all that follows.
 
 | method  | stream element      | discount inside an action | at an action's end |
 |---------|---------------------|---------------------------|--------------------|
@@ -12,17 +13,21 @@ TWOSOME with `gamma_w < 1` (an ablation, not the paper's TWOSOME) discounts
 each action as if its n tokens were time steps, as NTPO does:
 d = gamma * gamma_w**(n - 1) * (1 - done) at the action's end.
 
-All three run the same token-level GAE scan (`poad_jax.core.gae`).  Everything
-a method decides lives in this module: the table above (`make_method`) and the
-credit schemes behind it.
+POAD, NTPO and TWOSOME run the same token-level GAE scan (`poad_jax.core.gae`);
+GRPO and GiGPO run no critic: their advantages are computed on the host from
+each group of trajectories (`GroupRelative`, `poad_jax.core.group_advantages`).
+Everything a method decides lives in this module: the table above
+(`make_method`) and the credit schemes behind it.
 
-Credit schemes: two schemes serve the three methods (`make_method` maps a
+Credit schemes: two schemes serve the five methods (`make_method` maps a
 method to its scheme and discount):
 
-- `TokenLevel` (POAD, NTPO): a stream element is one action token.  A batch
+- `TokenLevel` (POAD, NTPO, and GRPO and GiGPO, whose step rows are laid out
+  as POAD's with gamma_w 1): a stream element is one action token.  A batch
   row is `prompt + chosen action` `[N, P + A]`; the policy is the token
   distribution the sampler drew from (restricted to the trie of valid actions
-  where there is one); the critic reads V(o, w^{<j}) at every action token.
+  where there is one); the critic, where the method has one, reads V(o, w^{<j})
+  at every action token.
 - `ActionLevel` (TWOSOME): a stream element is one whole action.  A batch
   row carries every candidate action of the state `[N, K, P + A]`; the policy
   is the softmax over candidates of their normalised summed token log-probs;
