@@ -86,6 +86,8 @@ class TokenLevel:
     vocabulary_logprobs: bool = False
     token_level = True  # class attribute (for readers and notebooks), not a field
     scores_candidates = False  # restricted actions are sampled token by token (trie)
+    share_prompt = True  # one row per step: its prompt is encoded once (packing several rows'
+    # common prompt prefix once is `prefix_packing`, the batch's `prefix_plan`)
 
     def pack(self, rows, prompt_len: int, config, pad_id: int) -> dict[str, np.ndarray]:
         """tokens/positions/key_mask `[N, P + A]`, action_mask `[N, A]` and, for
@@ -128,7 +130,7 @@ class TokenLevel:
         softmax(logits / T): the log-probs and the entropy over the offered continuations
         where they are packed (over the full vocabulary elsewhere), except that
         `vocabulary_logprobs` keeps the log-probs over the full vocabulary."""
-        terms = action_policy_terms(graph, frozen, actor_lora, PackedRows.of(batch), temperature,
+        terms = action_policy_terms(graph, frozen, actor_lora, PackedRows.of(batch, batch.prefix_plan), temperature,
                                     batch.allowed_tokens, batch.allowed_mask)
         logprobs = terms.logprobs_vocabulary if self.vocabulary_logprobs else terms.logprobs_offered
         entropies = {"entropy_vocabulary": terms.entropy_vocabulary, "entropy_offered": terms.entropy_offered}
@@ -148,7 +150,7 @@ class TokenLevel:
 
     def critic_features(self, graph: PolicyGraph, frozen: FrozenBase, lora, batch, use_lora: bool) -> jax.Array:
         """`[N, A, H]`: hidden states before each action token, V(o, w^{<j})'s input."""
-        return base_features(graph, frozen, lora, PackedRows.of(batch), use_lora=use_lora)
+        return base_features(graph, frozen, lora, PackedRows.of(batch, batch.prefix_plan), use_lora=use_lora)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,8 +338,8 @@ class Method:
 
     @property
     def share_prompt(self) -> bool:
-        """Action level: each state's prompt encoded once (see `ActionLevel`)."""
-        return getattr(self.scheme, "share_prompt", True)
+        """Each state's prompt encoded once (always at the token level; see `ActionLevel`)."""
+        return self.scheme.share_prompt
 
 
 def make_method(name: str, gamma: float, gamma_w: float | None = None, share_prompt: bool = True,
