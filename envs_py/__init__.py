@@ -7,20 +7,9 @@
 """
 
 from envs_py.checks import EnvCallError, EnvError, EnvOutputError
-from envs_py.base import (
-    EnvSpec,
-    Observation,
-    StepAfterDoneError,
-    StepResult,
-    TextEnv,
-    UnknownEnvError,
-    VectorEnv,
-    make,
-    observation_digest,
-    register,
-    registry,
-    spec,
-)
+from envs_py.interface import Observation, StepAfterDoneError, StepResult, TextEnv, observation_digest
+from envs_py.registry import EnvSpec, UnknownEnvError, make, register, registry, spec
+from envs_py.vector import VectorEnv
 
 __all__ = [
     "EnvCallError",

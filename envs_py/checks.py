@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from envs_py.interface import Observation, StepResult
+
 
 class EnvError(Exception):
     """An environment failed inside a vector of them: which environment, thread and call.
@@ -89,8 +91,6 @@ def actions_problem(actions: Any) -> str | None:
 
 def check_observation(observation: Any, env: str, thread: int, call: str, field: str = "observation") -> None:
     """Raises EnvOutputError unless `observation` is an Observation with a string text and valid actions."""
-    from envs_py.base import Observation  # the interface's own module imports this one
-
     if not isinstance(observation, Observation):
         raise EnvOutputError(env, thread, call, field, observation, "an envs_py.Observation")
     if not isinstance(observation.text, str):
@@ -103,8 +103,6 @@ def check_observation(observation: Any, env: str, thread: int, call: str, field:
 def check_step_result(result: Any, env: str, thread: int) -> None:
     """Raises EnvOutputError unless `result` is a StepResult whose reward is a finite real number, `done` a
     bool, observation valid (`check_observation`) and `info` a mapping."""
-    from envs_py.base import StepResult
-
     if not isinstance(result, StepResult):
         raise EnvOutputError(env, thread, "step", "the step's result", result, "an envs_py.StepResult")
     problem = reward_problem(result.reward)

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import random
 
-from envs_py.base import Observation, StepAfterDoneError, StepResult, register
+from envs_py.interface import Observation, StepAfterDoneError, StepResult
+from envs_py.registry import register
 
 TAKE, SAVE, DECOY = "red", "blue", "green"
 FILLER_WORDS = ("walk", "to", "the", "door", "go", "on", "open", "close", "turn", "off", "pick", "up", "put", "heat")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import random
 
-from envs_py.base import Observation, StepAfterDoneError, StepResult, register
+from envs_py.interface import Observation, StepAfterDoneError, StepResult
+from envs_py.registry import register
 
 COLOURS = ("red", "blue", "green")
 

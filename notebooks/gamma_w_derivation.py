@@ -33,14 +33,14 @@ if "google.colab" in sys.modules:
 # This notebook derives, step by step, how the **naive token-level backup**
 # (NTPO, paper Eq. 9-10) departs from the action-level optimum (Eq. 11-12),
 # and why the **Bellman backup with Action Decomposition** (BAD, Eq. 13-14)
-# removes the gap. Every claim is checked numerically with `poad_jax.tools.proofs`
+# removes the gap. Every claim is checked numerically with `poad_jax.core.tabular`
 # on small tabular language MDPs.
 
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
 
-from poad_jax.tools import proofs
+from poad_jax.core import tabular
 
 np.set_printoptions(precision=4, suppress=True)
 GAMMA_A = 0.9  # discount between actions
@@ -49,12 +49,12 @@ GAMMA_A = 0.9  # discount between actions
 def optimal_q(mdp, gamma_w, gamma_a=GAMMA_A):
     """Token table at the fixed point of the NTPO backup (BAD when gamma_w = 1)."""
     initial = np.zeros((mdp.num_states, mdp.num_nodes))
-    return proofs.value_iteration(lambda q: proofs.ntpo_q_backup(q, mdp, gamma_w, gamma_a), initial)
+    return tabular.value_iteration(lambda q: tabular.ntpo_q_backup(q, mdp, gamma_w, gamma_a), initial)
 
 
 def action_level_optimum(mdp, gamma_a=GAMMA_A):
-    q = proofs.value_iteration(
-        lambda q: proofs.action_q_backup(q, mdp, gamma_a), np.zeros((mdp.num_states, mdp.num_actions))
+    q = tabular.value_iteration(
+        lambda q: tabular.action_q_backup(q, mdp, gamma_a), np.zeros((mdp.num_states, mdp.num_actions))
     )
     return q, q.max(axis=1)
 
@@ -68,10 +68,10 @@ def action_level_optimum(mdp, gamma_a=GAMMA_A):
 # one (the rest is the probability that the episode ends).
 
 # %%
-mdp = proofs.random_language_mdp(
+mdp = tabular.random_language_mdp(
     seed=0, num_states=4, num_actions=6, vocab_size=4, min_length=1, max_length=4, end_probability=0.1
 )
-for index, tokens in enumerate(proofs.action_tokens(mdp)):
+for index, tokens in enumerate(tabular.action_tokens(mdp)):
     print(f"action {index}: tokens {tokens}  (|a| = {len(tokens)})")
 print("rewards r(o, a):\n", mdp.rewards)
 
@@ -127,10 +127,10 @@ scale = gamma_w ** (mdp.action_lengths - 1)  # g_a
 q_scaled = np.zeros_like(q_star)
 for _ in range(3000):
     q_scaled = scale * (mdp.rewards + GAMMA_A * mdp.transitions @ q_scaled.max(axis=1))
-print("NTPO V_N(o) from token backups :", q_ntpo[:, proofs.ROOT])
+print("NTPO V_N(o) from token backups :", q_ntpo[:, tabular.ROOT])
 print("length-scaled action-level MDP :", q_scaled.max(axis=1))
 print("action-level V*(o)             :", v_star)
-assert np.allclose(q_ntpo[:, proofs.ROOT], q_scaled.max(axis=1), atol=1e-8)
+assert np.allclose(q_ntpo[:, tabular.ROOT], q_scaled.max(axis=1), atol=1e-8)
 
 # %% [markdown]
 # ### The gap in closed form
@@ -153,14 +153,14 @@ assert np.allclose(q_ntpo[:, proofs.ROOT], q_scaled.max(axis=1), atol=1e-8)
 # Check it against token-level policy evaluation of a random token policy:
 
 # %%
-token_policy = proofs.random_token_policy(1, mdp)
-action_policy = proofs.action_policy_from_token_policy(token_policy, mdp)
-evaluated = proofs.value_iteration(
-    lambda v: proofs.ntpo_v_backup(v, mdp, token_policy, gamma_w, GAMMA_A),
+token_policy = tabular.random_token_policy(1, mdp)
+action_policy = tabular.action_policy_from_token_policy(token_policy, mdp)
+evaluated = tabular.value_iteration(
+    lambda v: tabular.ntpo_v_backup(v, mdp, token_policy, gamma_w, GAMMA_A),
     np.zeros((mdp.num_states, mdp.num_nodes)),
 )
-measured_gap = proofs.action_policy_values(mdp, action_policy, GAMMA_A) - evaluated[:, proofs.ROOT]
-closed_form_gap = proofs.ntpo_policy_value_gap(mdp, action_policy, gamma_w, GAMMA_A)
+measured_gap = tabular.action_policy_values(mdp, action_policy, GAMMA_A) - evaluated[:, tabular.ROOT]
+closed_form_gap = tabular.ntpo_policy_value_gap(mdp, action_policy, gamma_w, GAMMA_A)
 print("gap measured by token backups:", measured_gap)
 print("gap from the closed form     :", closed_form_gap)
 assert np.allclose(measured_gap, closed_form_gap, atol=1e-8)
@@ -182,20 +182,20 @@ assert np.allclose(measured_gap, closed_form_gap, atol=1e-8)
 # action policy $\pi(a\mid o)=\prod_j \pi(w^j \mid o, w^{<j})$.
 
 # %%
-q_bad = proofs.value_iteration(
-    lambda q: proofs.bad_q_backup(q, mdp, GAMMA_A), np.zeros((mdp.num_states, mdp.num_nodes))
+q_bad = tabular.value_iteration(
+    lambda q: tabular.bad_q_backup(q, mdp, GAMMA_A), np.zeros((mdp.num_states, mdp.num_nodes))
 )
-print("max |Q_BAD(o, a) - Q*(o, a)| =", np.abs(proofs.action_values(q_bad, mdp) - q_star).max())
-print("max |V_BAD(o) - V*(o)|       =", np.abs(q_bad[:, proofs.ROOT] - v_star).max())
-greedy = proofs.greedy_token_actions(q_bad, mdp)
+print("max |Q_BAD(o, a) - Q*(o, a)| =", np.abs(tabular.action_values(q_bad, mdp) - q_star).max())
+print("max |V_BAD(o) - V*(o)|       =", np.abs(q_bad[:, tabular.ROOT] - v_star).max())
+greedy = tabular.greedy_token_actions(q_bad, mdp)
 print("greedy token policy spells actions", greedy, "with Q* =", q_star[np.arange(mdp.num_states), greedy])
-assert np.allclose(proofs.action_values(q_bad, mdp), q_star, atol=1e-8)
+assert np.allclose(tabular.action_values(q_bad, mdp), q_star, atol=1e-8)
 
-v_bad = proofs.value_iteration(
-    lambda v: proofs.bad_v_backup(v, mdp, token_policy, GAMMA_A), np.zeros((mdp.num_states, mdp.num_nodes))
+v_bad = tabular.value_iteration(
+    lambda v: tabular.bad_v_backup(v, mdp, token_policy, GAMMA_A), np.zeros((mdp.num_states, mdp.num_nodes))
 )
-print("BAD-V root vs action-level V^pi:", v_bad[:, proofs.ROOT], proofs.action_policy_values(mdp, action_policy, GAMMA_A))
-assert np.allclose(v_bad[:, proofs.ROOT], proofs.action_policy_values(mdp, action_policy, GAMMA_A), atol=1e-8)
+print("BAD-V root vs action-level V^pi:", v_bad[:, tabular.ROOT], tabular.action_policy_values(mdp, action_policy, GAMMA_A))
+assert np.allclose(v_bad[:, tabular.ROOT], tabular.action_policy_values(mdp, action_policy, GAMMA_A), atol=1e-8)
 
 # %% [markdown]
 # ## 5. The gap against $\gamma_w$ and against action length
@@ -217,20 +217,20 @@ SEEDS = range(6)
 
 
 def length_rewarding_mdp(seed, stretch=1):
-    base = proofs.random_language_mdp(
+    base = tabular.random_language_mdp(
         seed, num_states=4, num_actions=6, vocab_size=4, min_length=1, max_length=4, end_probability=0.1
     )
-    actions = [tuple(w for w in tokens for _ in range(stretch)) for tokens in proofs.action_tokens(base)]
+    actions = [tuple(w for w in tokens for _ in range(stretch)) for tokens in tabular.action_tokens(base)]
     rewards = base.rewards * (0.5 + 0.25 * base.action_lengths)[None]
-    return proofs.language_mdp(actions, base.vocab_size, rewards, base.transitions)
+    return tabular.language_mdp(actions, base.vocab_size, rewards, base.transitions)
 
 
 def gap_and_regret(mdp, gamma_w, gamma_a=GAMMA_A):
     _, v_star = action_level_optimum(mdp, gamma_a)
     q_ntpo = optimal_q(mdp, gamma_w, gamma_a)
-    greedy = proofs.deterministic_policy(proofs.greedy_token_actions(q_ntpo, mdp), mdp.num_actions)
-    regret = v_star - proofs.action_policy_values(mdp, greedy, gamma_a)
-    return np.mean(v_star - q_ntpo[:, proofs.ROOT]), np.mean(regret)
+    greedy = tabular.deterministic_policy(tabular.greedy_token_actions(q_ntpo, mdp), mdp.num_actions)
+    regret = v_star - tabular.action_policy_values(mdp, greedy, gamma_a)
+    return np.mean(v_star - q_ntpo[:, tabular.ROOT]), np.mean(regret)
 
 
 gamma_ws = np.array([1.0, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6])
@@ -273,7 +273,7 @@ for shorter, longer in zip(stretches, stretches[1:]):
 lengths = np.arange(1, 9)
 fig, ax = plt.subplots(figsize=(5.5, 3.5))
 for g in (0.99, 0.95, 0.9, 0.8):
-    ax.plot(lengths, [proofs.ntpo_chain_gap(1.0, n, g, GAMMA_A) for n in lengths], marker="o", label=rf"$\gamma_w$={g}")
+    ax.plot(lengths, [tabular.ntpo_chain_gap(1.0, n, g, GAMMA_A) for n in lengths], marker="o", label=rf"$\gamma_w$={g}")
 ax.set(xlabel="action length n", ylabel="gap", title=r"closed form, one n-token action repeated ($r=1$)")
 ax.legend()
 fig.tight_layout()

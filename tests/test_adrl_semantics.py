@@ -144,7 +144,7 @@ def test_twosome_preset_warns_exactly_when_its_chunk_normalisation_zeroes_every_
     every advantage 0, and `config_warnings` warns then and only then (study A's 4 x 8 cells)."""
     import jax.numpy as jnp
 
-    from poad_jax.agent import learner
+    from poad_jax.core import losses
 
     config = config_lib.load_config_file(f"{REPO / 'configs' / 'virtualhome_paper.py'}:twosome")
     config.rollout_length = rollout_length
@@ -155,8 +155,9 @@ def test_twosome_preset_warns_exactly_when_its_chunk_normalisation_zeroes_every_
     assert rows // config.ppo.loss_chunks == rows_per_chunk
     advantages = np.random.default_rng(rollout_length).normal(size=(rows, 1)).astype(np.float32)
     mask = np.ones((rows, 1), bool)
-    ours = np.asarray(learner.normalized_advantages(jnp.asarray(advantages), jnp.asarray(mask), False,
-                                                    config_lib.learner_config(config)))
+    ppo = config_lib.learner_config(config)
+    ours = np.asarray(losses.normalized_advantages(jnp.asarray(advantages), jnp.asarray(mask), False,
+                                                   ppo.advantage_normalization, ppo.loss_chunks))
     chunks = advantages.reshape(config.ppo.loss_chunks, rows_per_chunk)
     if rows_per_chunk == 1:
         assert np.all(ours == 0) and "1 row per chunk" in warnings[0]

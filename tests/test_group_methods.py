@@ -26,7 +26,7 @@ import pytest
 from flax import nnx
 
 import envs_py
-from envs_py.base import Observation
+from envs_py.interface import Observation
 from envs_py.toy import DecisiveTokenEnv
 from poad_jax.agent.experience import behaviour_statistics, groups_with_signal, make_token_batch, pack_batch
 from poad_jax.agent.learner import compute_advantages, init_train_state, jit_update

@@ -6,7 +6,8 @@
 - Every module of `poad_jax` belongs to a layer: a new top-level module or
   package must be placed in the contract.
 - No import circle anywhere in the package, within a layer included
-  (a strongly connected component of the import graph has one module).
+  (a strongly connected component of the import graph has one module),
+  nor in `envs_py`.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def test_every_top_level_module_is_in_a_layer():
 
 
 def strongly_connected(graph: grimp.ImportGraph, modules: list[str]) -> list[list[str]]:
-    """The import graph's strongly connected components of more than one module (Tarjan)."""
+    """The import graph's strongly connected components of more than one module among `modules` (Tarjan)."""
+    among = set(modules)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -59,7 +61,7 @@ def strongly_connected(graph: grimp.ImportGraph, modules: list[str]) -> list[lis
         stack.append(module)
         on_stack.add(module)
         for imported in graph.find_modules_directly_imported_by(module):
-            if not imported.startswith("poad_jax"):
+            if imported not in among:
                 continue
             if imported not in index:
                 visit(imported)
@@ -87,6 +89,13 @@ def test_no_import_circle_in_the_package():
     graph = grimp.build_graph("poad_jax")
     modules = sorted(m for m in graph.modules if m.startswith("poad_jax"))
     assert len(modules) > 50  # the whole package was read
+    assert strongly_connected(graph, modules) == []
+
+
+def test_no_import_circle_in_the_environments():
+    graph = grimp.build_graph("envs_py")
+    modules = sorted(m for m in graph.modules if m.startswith("envs_py"))
+    assert "envs_py.checks" in modules and "envs_py.interface" in modules
     assert strongly_connected(graph, modules) == []
 
 

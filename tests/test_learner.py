@@ -173,7 +173,9 @@ def test_each_scheme_packs_its_own_complete_batch_type(method_name):
     for name, rank in ranks.items():
         assert np.ndim(getattr(batch, name)) == rank, name
     fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch) if not f.metadata.get("static")}
-    assert getattr(batch, "prefix_plan", None) is None  # static metadata, set only with prefix_packing
+    static = [f.name for f in dataclasses.fields(batch) if f.metadata.get("static")]
+    assert static == (["prefix_plan"] if token_level else [])  # a token-level batch's plan, declared
+    assert not token_level or batch.prefix_plan is None  # static metadata, set only with prefix_packing
     assert [name for name, value in fields.items() if value is None] == []  # no optional field
     assert not hasattr(batch, "behaviour_logprobs")  # without the importance correction, not in the type
     assert all(np.shape(value)[0] == batch.num_rows for name, value in fields.items()

@@ -23,7 +23,7 @@ import pytest
 
 from poad_jax.agent import learner as learner_lib
 from poad_jax.agent.rollout import prefix_token_logprobs
-from poad_jax.core import gae
+from poad_jax.core import gae, losses
 from poad_jax.core.policy import token_policy_terms
 from poad_jax.core.token_batch import CorrectedTokenBatch
 from poad_jax.run import config as config_lib
@@ -189,7 +189,7 @@ def test_prefix_token_logprobs_marginalise_the_action_distribution_onto_token_pr
 def test_importance_weights_are_truncated_ratios_of_pi_old_to_mu():
     old = np.log(np.array([0.5, 0.1, 0.9, 0.3], np.float32))
     behaviour = np.log(np.array([0.25, 0.4, 0.3, 0.3], np.float32))
-    got = np.asarray(learner_lib.importance_weights(jnp.asarray(old), jnp.asarray(behaviour), 1.5))
+    got = np.asarray(losses.importance_weights(jnp.asarray(old), jnp.asarray(behaviour), 1.5))
     np.testing.assert_allclose(got, np.minimum(np.exp(old) / np.exp(behaviour), 1.5), rtol=1e-6)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import envs_py
-from envs_py.base import Observation, StepResult
+from envs_py.interface import Observation, StepResult
 from envs_py.toy import DecisiveTokenEnv
 from poad_jax.agent.learner import UpdateBatch, UpdateContext, init_train_state, minibatch_step
 from poad_jax.bench.adrl_parity import replayed_update

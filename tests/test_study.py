@@ -30,7 +30,7 @@ import pytest
 from poad_jax.run import action_log
 from poad_jax.run import config as config_lib
 from poad_jax.run import hardware
-from poad_jax.tools.study import figures, page, report, scheduler, spec
+from poad_jax.tools.study import figures, page, report, scheduler, spec, tables
 
 # One xdist worker runs every test of this module (`--dist loadgroup`, scripts/test.sh): its module
 # fixture, minutes of training or of subprocesses, is then set up once per suite, not once per worker.
@@ -726,7 +726,7 @@ def test_the_report_pools_successful_episodes_per_group_from_the_per_update_rate
     low, high = report.wilson_interval(6, 18)
     assert rows["POAD"][1:] == ["2", "18", "6", "0: 6, 1: 0", f"{6 / 18:.3f}", f"{low:.3f}-{high:.3f}"]
     assert rows["NTPO"][1:5] == ["1", "8", "0", "0: 0"] and rows["NTPO"][5] == "0.000"
-    assert report._pooled_success_table("t", "cells", {(("variant", "TWOSOME"),): [(0, 0, 0)],
+    assert tables._pooled_success_table("t", "cells", {(("variant", "TWOSOME"),): [(0, 0, 0)],
                                                      (("variant", "POAD"),): [(0, 1, 2)]})[-2] == (
         "| TWOSOME | 1 | 0 | 0 | 0: 0 | - | - |")  # a cell that has ended no episode yet
     # the last 10 % of 64 env steps is update 4 alone; the running NTPO cell is left out
@@ -1356,8 +1356,8 @@ def test_finish_within_starts_only_the_cells_that_should_finish_in_time(tmp_path
 
 def test_a_study_file_naming_the_theory_module_where_it_was_still_reports():
     """Study files written before the package's layers name `poad_jax.theory`; it is `poad_jax.tools.theory` now."""
-    old = report._theory_fn("poad_jax.theory:save_or_take_optimum")
-    assert old is report._theory_fn("poad_jax.tools.theory:save_or_take_optimum") is not None
+    old = tables._theory_fn("poad_jax.theory:save_or_take_optimum")
+    assert old is tables._theory_fn("poad_jax.tools.theory:save_or_take_optimum") is not None
 
 
 def test_seeds_runs_only_those_seeds_and_a_later_run_adds_the_rest(tmp_path):

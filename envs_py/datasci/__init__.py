@@ -10,7 +10,7 @@ builds the env (and loads its data) on demand.
     result = env.step("```python\\n...\\n```")
 """
 
-from envs_py.base import register
+from envs_py.registry import register
 
 from envs_py.datasci.names import DATASET_NAMES  # noqa: E402
 

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from envs_py.base import Observation, StepAfterDoneError, StepResult
+from envs_py.interface import Observation, StepAfterDoneError, StepResult
 from envs_py.datasci import prompts
 from envs_py.datasci.datasets import load_dataset
 from envs_py.datasci.estimators import estimator_class

@@ -5,7 +5,7 @@ Registered names:
   overcooked/tomato_lettuce_salad  serve a bowl of chopped tomato and lettuce (spec id v3, 8 macro actions)
 """
 
-from envs_py.base import register
+from envs_py.registry import register
 from envs_py.overcooked.env import OvercookedEnv
 
 _ENTRY = "envs_py.overcooked.env:OvercookedEnv"

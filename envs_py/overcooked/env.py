@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 
-from envs_py.base import Observation, StepAfterDoneError, StepResult
+from envs_py.interface import Observation, StepAfterDoneError, StepResult
 from envs_py.overcooked import tasks as T
 from envs_py.overcooked import text
 from envs_py.overcooked.kitchen import Kitchen

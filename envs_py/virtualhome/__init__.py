@@ -7,7 +7,7 @@ Registered names:
                                           pizza, washing_plate, laundry
 """
 
-from envs_py.base import register
+from envs_py.registry import register
 from envs_py.virtualhome.env import FOOD_PREPARATION_VARIANTS, VirtualHomeEnv
 
 _ENTRY = "envs_py.virtualhome.env:VirtualHomeEnv"

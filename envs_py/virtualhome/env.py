@@ -13,7 +13,7 @@ import dataclasses
 import functools
 from typing import Any, Callable, Sequence
 
-from envs_py.base import Observation, StepAfterDoneError, StepResult
+from envs_py.interface import Observation, StepAfterDoneError, StepResult
 from envs_py.virtualhome import entertainment, food_preparation, text
 
 # Episode length of the original environments (the originals' specification, docs/envs.md, B.1).

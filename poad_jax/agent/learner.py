@@ -1,11 +1,14 @@
-"""One jit-compiled PPO update for POAD, NTPO and TWOSOME.
+"""One jit-compiled PPO update for the five methods: POAD, NTPO, TWOSOME, GRPO and GiGPO.
 
 The whole update is one compiled call (PureJaxRL style), top to bottom:
 
 1. Advantages: the method's credit scheme (`methods.py`) lays the rollout's
    behaviour values and rewards out as per-thread streams (one element per
    action token for POAD/NTPO, one per action for TWOSOME) with their
-   discounts, and `gae.token_gae` runs one reverse scan.
+   discounts, and `gae.token_gae` runs one reverse scan.  GRPO and GiGPO
+   have no critic: their group-relative advantages come with the batch
+   (`core/group_advantages.py`), on every token of a step's action, and
+   their value loss is 0.
 2. `epochs x minibatches` nested `lax.scan`: each minibatch normalises its
    advantages over its valid tokens, accumulates gradients over
    `accumulation_steps` micro-batches (bounding activation memory), computes
@@ -23,7 +26,11 @@ The whole update is one compiled call (PureJaxRL style), top to bottom:
    (docs/adrl_parity.md).
 
 The frozen base is an argument (never a closed-over constant) and the train
-state is donated, so the update runs in place.
+state is donated, so the update runs in place.  The math is pure functions
+below the agent: the per-element terms, the advantage normalisations and the
+importance correction in `core/losses.py`, GAE in `core/gae.py`, the means
+over a minibatch's steps in `core/step_statistics.py`; this module composes
+them with the scans and the optimisers.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import jax.numpy as jnp
 import optax
 
 from poad_jax.core import gae, losses
+from poad_jax.core.step_statistics import finite_step_means, step_is_finite
 from poad_jax.agent.methods import Method
 from poad_jax.agent.learner_config import LearnerConfig
 from poad_jax.core.policy import FrozenBase, PolicyGraph, head_values
@@ -205,16 +213,6 @@ def policy_and_value_terms(params: dict[str, Any], frozen: FrozenBase, batch: To
     return logprobs, entropy, entropies, values, scheme.valid(batch)
 
 
-def importance_weights(old_logprobs: jax.Array, behaviour_logprobs: jax.Array, clip: float) -> jax.Array:
-    """Truncated importance weights of tokens drawn from mu for the optimised policy pi_old:
-
-        rho_j = min(clip, pi_old(w_j) / mu(w_j)) = min(clip, exp(log pi_old - log mu))
-
-    (constants of the update: the surrogate's gradient flows through its ratio
-    pi / pi_old only, as in PPO with a behaviour policy apart from the proximal one)."""
-    return jnp.minimum(jnp.exp(old_logprobs - behaviour_logprobs), clip)
-
-
 def _take_rows(tree, index):
     return jax.tree.map(lambda x: jnp.take(x, index, axis=0), tree)
 
@@ -338,7 +336,7 @@ def finish_update(state: TrainState, stats: dict, data: UpdateBatch, value_mask:
     metrics["advantage_mean"] = losses.masked_mean(data.advantages, value_mask)
     metrics["return_mean"] = losses.masked_mean(data.returns, value_mask)
     if context.config.behaviour_correction == "importance":  # how far the sampled distribution is from pi_old
-        metrics.update(behaviour_divergence(batch.behaviour_logprobs, batch.old_logprobs, value_mask))
+        metrics.update(losses.behaviour_divergence(batch.behaviour_logprobs, batch.old_logprobs, value_mask))
     state = dataclasses.replace(state, update_step=state.update_step + 1)
     return state, metrics, {"minibatches": stats, "advantages": data.advantages, "returns": data.returns}
 
@@ -356,7 +354,7 @@ def minibatch_loss(params, frozen: FrozenBase, rows: WeightedRows, context: Upda
     surrogate = losses.clipped_surrogate(logprobs, mb.old_logprobs, rows.advantages, config.clip_eps)
     stats = {}
     if config.behaviour_correction == "importance":
-        weights = importance_weights(mb.old_logprobs, mb.behaviour_logprobs, config.importance_weight_clip)
+        weights = losses.importance_weights(mb.old_logprobs, mb.behaviour_logprobs, config.importance_weight_clip)
         surrogate = surrogate * weights
         stats["importance_weight"] = total(weights, policy_weights)
     policy_loss = total(surrogate, policy_weights)
@@ -396,7 +394,8 @@ def minibatch_rows(data: UpdateBatch, minibatch_index: jax.Array, context: Updat
     mask = method.scheme.valid(rows.batch)
     advantages = rows.advantages
     if config.normalize_advantages and method.uses_critic:
-        advantages = normalized_advantages(advantages, mask, method.scheme.token_level, config)
+        advantages = losses.normalized_advantages(advantages, mask, method.scheme.token_level,
+                                                  config.advantage_normalization, config.loss_chunks)
     return WeightedRows(rows.batch, advantages, rows.returns, losses.chunk_weights(mask, config.loss_chunks),
                         losses.chunk_weights(mask, 1))
 
@@ -444,12 +443,6 @@ def apply_minibatch(state: TrainState, loss, stats: dict, grads, config: Learner
     return new_state, stats
 
 
-def step_is_finite(*scalars: jax.Array) -> jax.Array:
-    """True when every one of a minibatch step's scalars (its loss, approximate KL and gradient
-    norms: a non-finite gradient element makes its norm non-finite) is finite."""
-    return functools.reduce(jnp.logical_and, [jnp.isfinite(x) for x in scalars])
-
-
 def apply_gradients(state: TrainState, grads, approx_kl, config: LearnerConfig,
                     finite: jax.Array | bool = True) -> tuple[TrainState, jax.Array]:
     """The actor's and the critic's optimiser steps on a minibatch's gradients.
@@ -482,46 +475,3 @@ def apply_gradients(state: TrainState, grads, approx_kl, config: LearnerConfig,
         state, params=new_params, actor_opt_state=actor_opt_state, critic_opt_state=critic_opt_state
     )
     return new_state, skip
-
-
-def finite_step_means(stats: dict) -> dict:
-    """Each scalar statistic `[epochs, M]` averaged over the minibatch steps that were finite
-    (`stats["nonfinite"]`), so one bad step leaves the update's losses readable; NaN when no
-    step was finite.  The rest (a harness's gradients) stays in the update's details."""
-    finite = stats["nonfinite"] == 0
-    count = jnp.sum(finite.astype(jnp.float32))
-    finite_mean = lambda v: jnp.where(count > 0, jnp.sum(jnp.where(finite, v, 0.0)) / jnp.maximum(count, 1.0), jnp.nan)
-    counters = ("skipped", "nonfinite")  # fractions of all the update's steps
-    return {k: jnp.mean(v) if k in counters else finite_mean(v)
-            for k, v in stats.items() if isinstance(v, jax.Array) and v.ndim == 2}
-
-
-def normalized_advantages(advantages: jax.Array, mask: jax.Array, token_level: bool, config: LearnerConfig) -> jax.Array:
-    """A minibatch's advantages, normalised as `config.advantage_normalization` says.
-
-    "valid" (ours): (A - mean) / (std + 1e-8) over the minibatch's valid elements.
-    "adrl" (the authors' code): token level, the statistics of the non-zero
-    advantages only (`losses.normalize_nonzero_advantages`); action level, each of
-    the `loss_chunks` row chunks on its own, with the unbiased std
-    (`trainers/llm_trainer_appo.py` normalises per gradient-accumulation chunk).
-    """
-    if config.advantage_normalization == "valid":
-        return losses.normalize_advantages(advantages, mask)
-    if token_level:
-        return losses.normalize_nonzero_advantages(advantages, mask)
-    chunks = config.loss_chunks
-    split = lambda x: x.reshape(chunks, x.shape[0] // chunks, *x.shape[1:])
-    normalized = jax.vmap(lambda a, m: losses.normalize_advantages(a, m, ddof=1))(split(advantages), split(mask))
-    return normalized.reshape(advantages.shape)
-
-
-def behaviour_divergence(behaviour_logprobs: jax.Array, old_logprobs: jax.Array, mask: jax.Array) -> dict:
-    """How far the distribution mu the tokens were drawn from is from the optimised pi_old, on
-    the tokens drawn (a sample estimate of KL(mu || pi_old)):
-
-        behaviour_kl_token  = mean over tokens  of log mu(w_j) - log pi_old(w_j)
-        behaviour_kl_action = mean over actions of sum_j (log mu(w_j) - log pi_old(w_j))
-    """
-    gap = jnp.where(mask, behaviour_logprobs - old_logprobs, 0.0)
-    actions = jnp.maximum(jnp.sum(jnp.any(mask, axis=-1)), 1)
-    return {"behaviour_kl_token": losses.masked_mean(gap, mask), "behaviour_kl_action": jnp.sum(gap) / actions}

@@ -1,4 +1,5 @@
-"""POAD, NTPO and TWOSOME: which discounts, what one stream element is, and all that follows.
+"""POAD, NTPO, TWOSOME, GRPO and GiGPO: which discounts or group advantages, what one stream
+element is, and all that follows.
 
 | method  | stream element      | discount inside an action | at an action's end |
 |---------|---------------------|---------------------------|--------------------|
@@ -12,17 +13,21 @@ TWOSOME with `gamma_w < 1` (an ablation, not the paper's TWOSOME) discounts
 each action as if its n tokens were time steps, as NTPO does:
 d = gamma * gamma_w**(n - 1) * (1 - done) at the action's end.
 
-All three run the same token-level GAE scan (`poad_jax.core.gae`).  Everything
-a method decides lives in this module: the table above (`make_method`) and the
-credit schemes behind it.
+POAD, NTPO and TWOSOME run the same token-level GAE scan (`poad_jax.core.gae`);
+GRPO and GiGPO run no critic: their advantages are computed on the host from
+each group of trajectories (`GroupRelative`, `poad_jax.core.group_advantages`).
+Everything a method decides lives in this module: the table above
+(`make_method`) and the credit schemes behind it.
 
-Credit schemes: two schemes serve the three methods (`make_method` maps a
+Credit schemes: two schemes serve the five methods (`make_method` maps a
 method to its scheme and discount):
 
-- `TokenLevel` (POAD, NTPO): a stream element is one action token.  A batch
+- `TokenLevel` (POAD, NTPO, and GRPO and GiGPO, whose step rows are laid out
+  as POAD's with gamma_w 1): a stream element is one action token.  A batch
   row is `prompt + chosen action` `[N, P + A]`; the policy is the token
   distribution the sampler drew from (restricted to the trie of valid actions
-  where there is one); the critic reads V(o, w^{<j}) at every action token.
+  where there is one); the critic, where the method has one, reads V(o, w^{<j})
+  at every action token.
 - `ActionLevel` (TWOSOME): a stream element is one whole action.  A batch
   row carries every candidate action of the state `[N, K, P + A]`; the policy
   is the softmax over candidates of their normalised summed token log-probs;
@@ -81,6 +86,8 @@ class TokenLevel:
     vocabulary_logprobs: bool = False
     token_level = True  # class attribute (for readers and notebooks), not a field
     scores_candidates = False  # restricted actions are sampled token by token (trie)
+    share_prompt = True  # one row per step: its prompt is encoded once (packing several rows'
+    # common prompt prefix once is `prefix_packing`, the batch's `prefix_plan`)
 
     def pack(self, rows, prompt_len: int, config, pad_id: int) -> dict[str, np.ndarray]:
         """tokens/positions/key_mask `[N, P + A]`, action_mask `[N, A]` and, for
@@ -123,7 +130,7 @@ class TokenLevel:
         softmax(logits / T): the log-probs and the entropy over the offered continuations
         where they are packed (over the full vocabulary elsewhere), except that
         `vocabulary_logprobs` keeps the log-probs over the full vocabulary."""
-        terms = action_policy_terms(graph, frozen, actor_lora, PackedRows.of(batch), temperature,
+        terms = action_policy_terms(graph, frozen, actor_lora, PackedRows.of(batch, batch.prefix_plan), temperature,
                                     batch.allowed_tokens, batch.allowed_mask)
         logprobs = terms.logprobs_vocabulary if self.vocabulary_logprobs else terms.logprobs_offered
         entropies = {"entropy_vocabulary": terms.entropy_vocabulary, "entropy_offered": terms.entropy_offered}
@@ -143,7 +150,7 @@ class TokenLevel:
 
     def critic_features(self, graph: PolicyGraph, frozen: FrozenBase, lora, batch, use_lora: bool) -> jax.Array:
         """`[N, A, H]`: hidden states before each action token, V(o, w^{<j})'s input."""
-        return base_features(graph, frozen, lora, PackedRows.of(batch), use_lora=use_lora)
+        return base_features(graph, frozen, lora, PackedRows.of(batch, batch.prefix_plan), use_lora=use_lora)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,8 +338,8 @@ class Method:
 
     @property
     def share_prompt(self) -> bool:
-        """Action level: each state's prompt encoded once (see `ActionLevel`)."""
-        return getattr(self.scheme, "share_prompt", True)
+        """Each state's prompt encoded once (always at the token level; see `ActionLevel`)."""
+        return self.scheme.share_prompt
 
 
 def make_method(name: str, gamma: float, gamma_w: float | None = None, share_prompt: bool = True,

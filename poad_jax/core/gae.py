@@ -4,7 +4,7 @@ What the learner runs, in JAX (`jax.jit`-able): `action_discounts` and
 `token_gae` (plus `token_gae_parallel`, the same numbers from an associative
 scan).  Arrays are batch-major ``[B, T]``; one row is the stream of action
 tokens of one rollout thread (docs/architecture.md).  The tabular forms of the same
-operators, with the equivalence proofs, are `poad_jax.tools.proofs`.
+operators, with the equivalence proofs, are `poad_jax.core.tabular`.
 
 Notation.  An observation ``o_t`` is answered by an action
 ``a_t = (w_t^1 .. w_t^n)`` of ``n = |a_t|`` tokens; the environment returns

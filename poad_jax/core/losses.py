@@ -1,5 +1,6 @@
 """PPO's per-element terms (clipped surrogate, clipped value error, k3 KL, outside-clip
-indicator), advantage normalisation, and the weights that average them.
+indicator, truncated importance weights), advantage normalisation, the weights that
+average them, and how far the behaviour policy is from the optimised one.
 
 The learner (`agent/learner.py`) weights the per-element terms by `chunk_weights`
 over a `mask` of the elements that count (valid action tokens, or valid actions for
@@ -63,6 +64,30 @@ def normalize_nonzero_advantages(advantages: jax.Array, mask: jax.Array, eps: fl
     return jnp.where(mask, centered / (std + eps), 0.0)
 
 
+def normalized_advantages(advantages: jax.Array, mask: jax.Array, token_level: bool, normalization: str,
+                          chunks: int = 1) -> jax.Array:
+    """A minibatch's advantages `[n, ...]`, normalised as `normalization` says:
+
+        "valid" (ours):         A <- (A - mean) / (std + 1e-8) over the valid elements
+                                (`normalize_advantages`)
+        "adrl", token level:    the same with the mean and std of the valid non-zero
+                                advantages (`normalize_nonzero_advantages`)
+        "adrl", action level:   each of `chunks` equal row chunks c on its own, with the
+                                unbiased std: A <- (A - mean_c) / (std_c + 1e-8),
+                                std_c = sqrt(sum_c (A - mean_c)^2 / (n_c - 1))
+
+    "adrl" is the authors' code (`trainers/llm_trainer_appo.py` normalises per
+    gradient-accumulation chunk; docs/adrl_parity.md).
+    """
+    if normalization == "valid":
+        return normalize_advantages(advantages, mask)
+    if token_level:
+        return normalize_nonzero_advantages(advantages, mask)
+    split = lambda x: x.reshape(chunks, x.shape[0] // chunks, *x.shape[1:])
+    normalized = jax.vmap(lambda a, m: normalize_advantages(a, m, ddof=1))(split(advantages), split(mask))
+    return normalized.reshape(advantages.shape)
+
+
 def clipped_surrogate(
     logprobs: jax.Array, old_logprobs: jax.Array, advantages: jax.Array, clip_eps: float
 ) -> jax.Array:
@@ -85,6 +110,32 @@ def k3_kl(logprobs: jax.Array, old_logprobs: jax.Array) -> jax.Array:
     """Per element, the k3 estimator of KL(old || new): (rho - 1) - log rho."""
     log_ratio = logprobs - old_logprobs
     return jnp.exp(log_ratio) - 1.0 - log_ratio
+
+
+def importance_weights(old_logprobs: jax.Array, behaviour_logprobs: jax.Array, clip: float) -> jax.Array:
+    """Per element, the truncated importance weight of a token w_j drawn from the behaviour
+    distribution mu (the sampler's) for the optimised policy pi_old:
+
+        rho_j = min(c, pi_old(w_j) / mu(w_j)) = min(c, exp(log pi_old(w_j) - log mu(w_j))),  c = clip
+
+    The weights are constants of the update: the surrogate's gradient flows through its ratio
+    pi / pi_old only, as in PPO with a behaviour policy apart from the proximal one."""
+    chex.assert_equal_shape([old_logprobs, behaviour_logprobs])
+    return jnp.minimum(jnp.exp(old_logprobs - behaviour_logprobs), clip)
+
+
+def behaviour_divergence(behaviour_logprobs: jax.Array, old_logprobs: jax.Array, mask: jax.Array) -> dict:
+    """How far the distribution mu the tokens were drawn from is from the optimised pi_old, on the
+    tokens drawn (`[n, A]`, `mask` the valid ones; sample estimates of KL(mu || pi_old)):
+
+        behaviour_kl_token  = mean over valid tokens  of log mu(w_j) - log pi_old(w_j)
+        behaviour_kl_action = mean over valid actions of sum_j (log mu(w_j) - log pi_old(w_j))
+
+    (an action is a row with at least one valid token; no valid action: the sum over 1).
+    """
+    gap = jnp.where(mask, behaviour_logprobs - old_logprobs, 0.0)
+    actions = jnp.maximum(jnp.sum(jnp.any(mask, axis=-1)), 1)
+    return {"behaviour_kl_token": masked_mean(gap, mask), "behaviour_kl_action": jnp.sum(gap) / actions}
 
 
 def outside_clip(logprobs: jax.Array, old_logprobs: jax.Array, clip_eps: float) -> jax.Array:

@@ -112,10 +112,10 @@ class PackedRows(NamedTuple):
     prefix_plan: shared_prefix.PrefixPlan | None = None
 
     @classmethod
-    def of(cls, batch) -> "PackedRows":
-        """The rows of a TokenBatch (or of anything with these four fields, and `prefix_plan`)."""
-        return cls(batch.tokens, batch.positions, batch.key_mask, batch.prompt_len,
-                   getattr(batch, "prefix_plan", None))
+    def of(cls, batch, prefix_plan: shared_prefix.PrefixPlan | None = None) -> "PackedRows":
+        """The rows of a TokenBatch (or of anything with its `tokens`, `positions`, `key_mask` and
+        `prompt_len`), run with `prefix_plan` (a token-level batch's own: `TokenLevelBatch.prefix_plan`)."""
+        return cls(batch.tokens, batch.positions, batch.key_mask, batch.prompt_len, prefix_plan)
 
     def flat(self) -> "PackedRows":
         """Candidate rows `[N, K, L]` as `[N K, L]` rows of their own."""

@@ -32,6 +32,7 @@ from poad_jax.core.flops import decode_flops, prefill_flops, scoring_flops
 from poad_jax.core.layout import ACTION_BUCKETS, COUNT_BUCKETS, PROMPT_BUCKETS, bucket_size, build_action_tries, next_power_of_two
 from poad_jax.models.decode import unstack_weights
 from poad_jax.models.llama import base_filter
+from poad_jax.models.tokenizer import Tokenizer
 from poad_jax.parallel.sampling_layout import SamplingLayout
 from poad_jax.sampling.config import SamplingConfig
 from poad_jax.sampling.loop import FreeSampling, TrieSampling, decode_loop, left_pad, prefill, repeat_rows
@@ -138,7 +139,7 @@ class Sampler:
         self.batch_buckets = tuple(sorted(int(b) for b in batch_buckets))
         self.prompt_buckets = tuple(sorted(int(b) for b in prompt_buckets))
         if cache_dtype is None:
-            cache_dtype = model.matmul_dtype if getattr(model, "matmul_dtype", None) is not None else model.dtype
+            cache_dtype = model.matmul_dtype if model.matmul_dtype is not None else model.dtype
         self.cache_dtype = jnp.dtype(cache_dtype)
         self.vocab_size = model.config.vocab_size
         self.model_config = model.config
@@ -227,12 +228,13 @@ class Sampler:
         self.matmul_flops += decode_flops(self.model_config, rows, int(carry.step), cache_len)
 
     def generate(self, prompts: Sequence[Sequence[int]], rng: jax.Array, config: SamplingConfig,
-                 tokenizer=None) -> Generation:
-        """Samples a continuation of every prompt (token ids, any lengths)."""
+                 tokenizer: Tokenizer | None = None) -> Generation:
+        """Samples a continuation of every prompt (token ids, any lengths); without `config.stop_token_ids`
+        a sequence stops at one of `tokenizer`'s end ids."""
         prompts = _check_ids(prompts, self.vocab_size)
         stop_ids = config.stop_token_ids
         if not stop_ids and tokenizer is not None:
-            stop_ids = tuple(int(t) for t in getattr(tokenizer, "eos_token_ids", ()))
+            stop_ids = tuple(int(t) for t in tokenizer.eos_token_ids)
         stop_ids = tuple(sorted(set(stop_ids)))
         rule = FreeSampling(config.temperature, config.top_k, config.top_p, stop_ids,
                             record_policy=config.logprobs_of == "policy")

@@ -14,19 +14,7 @@ import numpy as np
 
 from poad_jax.tools.study.scheduler import read_records
 from poad_jax.tools.study.spec import StepNames, Study, grid, log_dir, value_label
-
-
-def smooth(values: np.ndarray, window: int) -> np.ndarray:
-    """Trailing moving average over up to `window` points, NaNs ignored (NaN if all are NaN)."""
-    if window <= 1:
-        return values.astype(float)
-    out = np.full(len(values), np.nan)
-    for i in range(len(values)):
-        chunk = values[max(0, i - window + 1): i + 1]
-        chunk = chunk[~np.isnan(chunk)]
-        if len(chunk):
-            out[i] = chunk.mean()
-    return out
+from poad_jax.tools.study.statistics import smooth
 
 
 STEP_PANELS = ("share", "cut_off", "mean", "best", "approx_kl", "entropy")

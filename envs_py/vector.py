@@ -1,158 +1,19 @@
-"""The text-environment interface shared by every environment in `envs_py`.
+"""`VectorEnv`: N copies of one environment, stepped together, their outputs checked.
 
-An environment shows a language agent an `Observation` (text, plus the tuple
-of valid action strings for restricted environments or `None` for free-form
-ones) and takes the agent's action as text.  `StepResult.info` carries
-diagnostics (`invalid_action`, `state_vector`, `primitive_steps`, ...).
-
-Environments register under a name (`"virtualhome/food_preparation"`) with an
-entry point string `"module:callable"`, so importing `envs_py` imports no
-environment until `make` asks for it.
-
-This package never imports JAX: it is stepped in Python by the trainer's
-rollout loop, possibly in worker processes.
+The copies live in this process (stepped one after another or in a thread
+pool) or each in a spawned worker process (`_ProcessWorker`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import hashlib
-import importlib
-import json
 import multiprocessing
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Sequence
 
 from envs_py.checks import EnvCallError, EnvError, check_observation, check_step_result
-
-
-@dataclasses.dataclass(frozen=True)
-class Observation:
-    """What the agent sees.
-
-    Attributes:
-      text: the observation rendered as text (the prompt's content).
-      actions: valid action strings in this state, or None for free-form
-        environments (e.g. code generation).
-    """
-
-    text: str
-    actions: tuple[str, ...] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class StepResult:
-    """The outcome of one `step`: next observation, reward, done, info."""
-
-    observation: Observation
-    reward: float
-    done: bool
-    info: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-def observation_digest(observation: Observation) -> str:
-    """A short fingerprint of an observation (its text and valid actions): a resumed run checks that
-    replaying an episode's actions led to the observation the checkpoint saw."""
-    payload = json.dumps([observation.text, observation.actions], ensure_ascii=False)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
-
-
-class StepAfterDoneError(RuntimeError):
-    """Raised when `step` is called on a finished episode without `reset`."""
-
-
-class UnknownEnvError(KeyError):
-    """Raised by `make` for a name that is not registered."""
-
-    def __str__(self) -> str:  # KeyError would quote the whole message.
-        return str(self.args[0])
-
-
-@runtime_checkable
-class TextEnv(Protocol):
-    """Protocol of a text environment."""
-
-    def reset(self, seed: int | None = None) -> Observation: ...
-
-    def step(self, action: str) -> StepResult: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvSpec:
-    """A registered environment: name, `module:callable` entry point, kwargs."""
-
-    name: str
-    entry_point: str
-    description: str
-    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def resolve(self) -> Callable[..., TextEnv]:
-        module_name, _, attr = self.entry_point.partition(":")
-        return getattr(importlib.import_module(module_name), attr)
-
-
-_REGISTRY: dict[str, EnvSpec] = {}
-
-# Modules that register environments when imported.  `registry()` and `make()`
-# import them on first use; each is optional so that a missing optional
-# dependency in one family never hides the others.
-_FAMILY_MODULES = (
-    "envs_py.overcooked",
-    "envs_py.virtualhome",
-    "envs_py.datasci",
-    "envs_py.toy",
-    "envs_py.synthetic",
-)
-_families_loaded = False
-
-
-def register(name: str, entry_point: str, description: str, **kwargs: Any) -> None:
-    """Registers an environment constructor under `name` (idempotent)."""
-    _REGISTRY[name] = EnvSpec(name, entry_point, description, dict(kwargs))
-
-
-def _load_families() -> None:
-    global _families_loaded
-    if _families_loaded:
-        return
-    _families_loaded = True
-    for module_name in _FAMILY_MODULES:
-        try:
-            importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            # Only a family that is absent is skipped; a family that exists
-            # but fails to import because of its own bug must surface.
-            if error.name != module_name:
-                raise
-
-
-def registry() -> dict[str, str]:
-    """Returns {name: one-line description} of every registered environment."""
-    _load_families()
-    return {name: spec.description for name, spec in sorted(_REGISTRY.items())}
-
-
-def spec(name: str) -> EnvSpec:
-    """The registration of `name` (its entry point and default kwargs); UnknownEnvError if none."""
-    _load_families()
-    if name not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY)) or "(none)"
-        raise UnknownEnvError(f"unknown environment {name!r}; known: {known}")
-    return _REGISTRY[name]
-
-
-def make(name: str, **kwargs: Any) -> TextEnv:
-    """Builds the environment registered as `name`; kwargs override defaults."""
-    _load_families()
-    if name not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY)) or "(none)"
-        raise UnknownEnvError(f"unknown environment {name!r}; known: {known}")
-    spec = _REGISTRY[name]
-    return spec.resolve()(**{**spec.kwargs, **kwargs})
-
-
-# ---------------------------------------------------------------------------
-# Vectorised environments.
+from envs_py.interface import Observation, StepResult, TextEnv, observation_digest
+from envs_py.registry import make
 
 
 def _episode_seed(base_seed: int | None, env_index: int, episode: int, num_envs: int) -> int | None:
