@@ -20,6 +20,8 @@ from poad_jax.run import action_log, rundir, train
 from poad_jax.run import config as config_lib
 from poad_jax.run.metrics import read_metrics
 
+pytestmark = pytest.mark.long  # the suite's second tier (scripts/test.sh --long)
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS_PER_UPDATE = 16  # toy: 4 threads x 4 steps
 

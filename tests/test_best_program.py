@@ -160,6 +160,7 @@ def test_a_kill_between_the_two_writes_is_repaired(tmp_path, program_scores):
         best_program.read_best(tmp_path)
 
 
+@pytest.mark.long
 def test_training_writes_the_best_program_and_rescoring_agrees(tmp_path, program_scores, capsys):
     workdir = tmp_path / "run"
     result = train.run(scripted_config(2), workdir, show_progress=False)
@@ -193,6 +194,7 @@ def test_a_rescore_on_another_machine_says_why_it_may_differ(program_scores):
     assert "does not name" in best_program.machine_note(dataclasses.replace(kept, machine=None), moved)
 
 
+@pytest.mark.long
 def test_best_program_survives_kill_minus_nine_and_resume(tmp_path, program_scores):
     workdir = tmp_path / "killed"
     updates = 4

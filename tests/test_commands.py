@@ -18,6 +18,8 @@ from poad_jax.run import cli, entry, train
 from poad_jax.run import config as config_lib
 from poad_jax.run.train import RunResult
 
+pytestmark = pytest.mark.long  # the suite's second tier (scripts/test.sh --long)
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 # Each entry point, a flag its help must name, and what its example runs.

@@ -414,6 +414,7 @@ def test_a_config_missing_a_field_is_one_line():
         config_lib.validate(config)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "override, line",
     [

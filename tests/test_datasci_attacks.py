@@ -354,6 +354,7 @@ def test_labels_from_another_split_would_give_the_game_away(balance_scale, hones
     assert roc_auc(y[test], proba, sorted(set(y.tolist()))) > 0.97 > honest_auc + MARGIN
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_attack_scores_no_better_than_honest(route, balance_scale, honest_auc):
     if route == "kernel keyring" and isolation.keyctl_number() is None:
@@ -413,6 +414,7 @@ def test_the_trainers_data_files_are_not_visible(balance_scale, datasets_dir, sa
 CROSS_CPU_AUC_TOLERANCE = 0.02
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("record", sorted((REPO / "docs" / "results" / "raw").rglob("best_program.json")),
                          ids=lambda path: path.parent.name)
 def test_kept_best_programs_rescore_to_their_recorded_aucs(record, sandboxed, tmp_path, datasets_dir,
@@ -509,6 +511,7 @@ def test_unsandboxed_runs_also_give_each_split_a_fresh_process(monkeypatch, bala
 # Issue 41: the warm sandbox kept between programs (the env's path), and the cold path kept selectable.
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_attack_run_twice_in_a_kept_warm_sandbox_scores_no_better_than_honest(route, balance_scale, honest_auc):
     """Two runs of the same attack (one key name) share a kept sandbox: the second finds nothing the first left."""

@@ -94,6 +94,7 @@ def reference_aucs(name: str, X, y) -> tuple[float, ...]:
     return tuple(aucs)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("dataset", ["balance_scale", "sklearn_breast_cancer", "sklearn_wine"])
 def test_honest_programs_score_the_in_process_reference_to_the_last_digit(dataset, contained):
     X, y = load_dataset(dataset)

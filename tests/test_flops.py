@@ -159,6 +159,7 @@ def records(method_name, rows=4):
     return steps, [rng.integers(3, 100, 6).tolist(), rng.integers(3, 100, 7).tolist()]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("method_name,share_prompt,critic_kind", [
     ("poad", True, "head"), ("twosome", True, "head"), ("twosome", False, "head"), ("poad", True, "lora")])
 def test_an_updates_behaviour_pass_and_learner_are_the_traced_counts(method_name, share_prompt, critic_kind):

@@ -163,6 +163,7 @@ def test_groups_with_signal_counts_the_groups_whose_advantages_are_not_all_zero(
     assert groups_with_signal(advantages, 2, 1) == (expected, 2)
 
 
+@pytest.mark.long
 def test_a_group_run_without_differing_returns_says_so_once_and_counts_across_a_resume(capsys, tmp_path,
                                                                                        monkeypatch):
     monkeypatch.setattr(train_lib, "SILENT_GROUP_UPDATES", 2)
@@ -189,6 +190,7 @@ def test_a_group_run_without_differing_returns_says_so_once_and_counts_across_a_
     assert train_lib.trailing_silent_updates([{"approx_kl": 0.1}]) == 0  # not a group method's record
 
 
+@pytest.mark.long
 def test_an_update_trains_the_actor_and_leaves_the_value_head_as_it_was():
     graph, frozen, params, method, config, envs, collector, tokenizer = group_rollout("gigpo")
     steps, next_prompts = collector.collect(jax.random.key(0))
@@ -247,6 +249,7 @@ def test_group_mistakes_are_one_line(capsys, tmp_path, fields, words):
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("method", ["grpo", "gigpo"])
 def test_the_methods_train_from_the_command_and_resume_exactly(capsys, tmp_path, method):
     config = toy_group_config(method, updates=2)

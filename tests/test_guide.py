@@ -21,7 +21,7 @@ import pytest
 
 # One xdist worker runs every test of this module (`--dist loadgroup`, scripts/test.sh): its module
 # fixture, minutes of training or of subprocesses, is then set up once per suite, not once per worker.
-pytestmark = pytest.mark.xdist_group("guide")
+pytestmark = [pytest.mark.xdist_group("guide"), pytest.mark.long]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GUIDE = REPO / "docs" / "guide.md"

@@ -88,6 +88,7 @@ def test_auto_is_checked_by_the_config():
         config_lib.validate(toy_config("float8"))
 
 
+@pytest.mark.long
 def test_a_run_records_the_resolved_dtype_and_keeps_it_on_resume(tmp_path, monkeypatch, capsys):
     workdir = tmp_path / "run"
     monkeypatch.setattr(hardware, "machine_matmul_dtype", lambda: ("bfloat16", "test machine A"))

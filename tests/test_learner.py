@@ -270,6 +270,7 @@ def test_twosome_gamma_w_discounts_each_action_by_its_token_count():
     assert not np.allclose(plain, got)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("method_name", ["poad", "ntpo", "twosome"])
 def test_methods_learn_the_decisive_token_task(tmp_path, method_name):
     config = config_lib.load_config_file(REPO / "configs" / "toy.py")

@@ -199,6 +199,7 @@ def with_behaviour(batch, behaviour_logprobs) -> CorrectedTokenBatch:
                                behaviour_logprobs=behaviour_logprobs)
 
 
+@pytest.mark.long
 def test_an_update_with_all_weights_one_equals_the_uncorrected_update():
     """The correction only reweights: where mu = pi_old every weight is exactly 1 and the update is the
     uncorrected one; where mu differs, the policy loss changes.  The correction reads a batch type that
@@ -250,6 +251,7 @@ def restricted_config(**ppo):
     return config
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("sampling", ["action_scores", "trie_explore"])
 def test_every_option_on_trains_end_to_end_and_logs_its_divergences(tmp_path, sampling):
     config = restricted_config(lambda_scope="action", entropy_scope="offered", behaviour_correction="importance")
@@ -268,6 +270,7 @@ def test_every_option_on_trains_end_to_end_and_logs_its_divergences(tmp_path, sa
     assert max(abs(r["behaviour_kl_token"]) for r in result.records) > 1e-4
 
 
+@pytest.mark.long
 def test_trie_exploration_records_the_log_probs_of_the_temperature_it_draws_at():
     """The behaviour log-probs are those of the trie's softmax at the exploration temperature (NumPy)."""
     from poad_jax.agent.rollout import RolloutCollector, merged_actor

@@ -304,6 +304,7 @@ def test_attention_over_cache_matches_numpy_and_the_cacheless_attention(length):
     assert np.max(np.abs(low - out)) > 1e-4  # bfloat16 operands really were rounded
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("use_cache", [False, True])
 def test_unstacked_weights_give_the_scanned_forward(tiny_checkpoint, use_cache):
     """`unstack_weights` + the unrolled layer loop = the scan over stacked weights,
@@ -332,6 +333,7 @@ def test_unstacked_weights_give_the_scanned_forward(tiny_checkpoint, use_cache):
               unstacked=unstacked._replace(layers=unstacked.layers[:1]))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16])
 def test_prefill_into_an_empty_cache_attends_over_its_own_keys_alone(tiny_checkpoint, cache_dtype):
     """`empty_cache=True` (attention over the call's own keys, rounded to the
@@ -366,6 +368,7 @@ def test_prefill_into_an_empty_cache_attends_over_its_own_keys_alone(tiny_checkp
     assert np.all(np.isnan(broken.logits))
 
 
+@pytest.mark.long
 def test_one_line_forward_uses_arange_positions_and_an_all_ones_mask(tiny_checkpoint):
     """`model(tokens)` = the explicit call with positions 0..T-1 and every key visible;
     with a cache, positions continue from `cache.index` and every slot is a real key."""

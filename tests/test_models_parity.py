@@ -24,7 +24,7 @@ from flax import nnx
 
 from poad_jax.models import init_cache, load
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 GREEDY_STEPS = 24
 # How close two logits may be for the choice between them to fall either way on another CPU: each side of the

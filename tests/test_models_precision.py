@@ -106,6 +106,7 @@ def lora_gradients(model: Llama) -> dict:
     return jax.tree.map(np.asarray, nnx.to_pure_dict(grads(lora)))
 
 
+@pytest.mark.long
 def test_remat_policies_change_no_gradient(tiny_checkpoint):  # noqa: F811
     _, _, directory = tiny_checkpoint
     lora = LoraConfig(rank=4, targets=("q_proj", "v_proj", "down_proj"))
@@ -123,6 +124,7 @@ def test_remat_policies_change_no_gradient(tiny_checkpoint):  # noqa: F811
             np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, err_msg=remat)
 
 
+@pytest.mark.long
 def test_bfloat16_matmul_gradients_point_the_same_way(tiny_checkpoint):  # noqa: F811
     _, _, directory = tiny_checkpoint
     lora = LoraConfig(rank=4)
@@ -141,6 +143,7 @@ def test_unknown_remat_policy_is_refused():
         Llama(config, remat="some", rngs=nnx.Rngs(0))
 
 
+@pytest.mark.long
 def test_bfloat16_cache_changes_no_logit_with_bfloat16_matmuls(tiny_checkpoint):  # noqa: F811
     """With bfloat16 matmuls attention rounds keys and values to bfloat16, so
     caching them in bfloat16 (as uint16 bits on CPU) gives the float32 cache's

@@ -34,7 +34,7 @@ from test_sharding_multiprocess import _free_port
 
 # One xdist worker runs every test of this module (`--dist loadgroup`, scripts/test.sh): its module
 # fixture, minutes of training or of subprocesses, is then set up once per suite, not once per worker.
-pytestmark = pytest.mark.xdist_group("multihost_training")
+pytestmark = [pytest.mark.xdist_group("multihost_training"), pytest.mark.long]
 
 THREADS, STEPS, UPDATES = 4, 8, 2
 ONE_DEVICE = "--xla_force_host_platform_device_count=1"

@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.long  # the suite's second tier (scripts/test.sh --long)
+
 nbformat = pytest.importorskip("nbformat", reason="nbformat is a dev extra")
 nbclient = pytest.importorskip("nbclient", reason="nbclient is a dev extra")
 

@@ -76,6 +76,7 @@ def test_the_common_prefix_and_the_plans_length_hold_any_group_of_rows():
         shared_prefix.plan(tokens, key_mask, prompt_len, 4)
 
 
+@pytest.mark.long
 def test_the_visibility_is_the_prefix_and_the_rows_own_rest():
     """Two rows of prompt length 3 and 2 with one common token, actions of 1 and 2 tokens: packed
     `p | a a a | b b b | pad`, each rest seeing the prefix and itself; reads at the rows' last prompt
@@ -161,6 +162,7 @@ def test_learner_outputs_and_gradients_equal_the_rows_own():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * np.abs(b).max(), err_msg=jax.tree_util.keystr(path))
 
 
+@pytest.mark.long
 def test_a_whole_update_agrees_with_packing():
     """The compiled update (6 rows: 2 minibatches of one micro-batch of 3 rows, drawn inside the update)
     with packed micro-batches gives the unpacked update's metrics and parameters."""

@@ -68,6 +68,7 @@ def cli(*args: str, env=None, timeout: float = 120) -> subprocess.CompletedProce
 # Command-line mistakes (the CLI parses them: subprocesses).
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "args, words",
     [
@@ -223,6 +224,7 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.long
 @pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # preexec_fn forks; it only resets SIGINT, then execs
 def test_ctrl_c_is_one_line_leaves_no_temporary_directory_and_resumes(tmp_path):
     workdir = tmp_path / "interrupted"

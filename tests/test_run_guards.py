@@ -118,6 +118,7 @@ BOUNDARY_CASES = [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fault, words", BOUNDARY_CASES, ids=[case[0] for case in BOUNDARY_CASES])
 def test_a_bad_env_output_stops_the_run_in_one_line_with_what_is_kept(capsys, tmp_path, fault, words):
     # Thread 0's third step is env step 2 * 2 + 0 + 1 = 5, the first of update 2: update 1 is saved.
@@ -194,6 +195,7 @@ def test_a_reward_scale_that_overflows_stops_after_the_allowed_updates_with_fini
     assert int(np.asarray(restored["actor_opt_state"][1][0]["count"])) == 0
 
 
+@pytest.mark.long
 def test_a_poisoned_minibatch_changes_nothing_and_the_others_step():
     graph, frozen, params, method, batch, _ = collect_batch("poad")
     config = learner_config(gamma=0.95, num_minibatches=2, epochs=1, actor_lr=1e-2, critic_lr=1e-2, target_kl=10.0)
@@ -234,6 +236,7 @@ def test_a_nonfinite_state_is_never_saved(tmp_path):
     checkpointer.close()
 
 
+@pytest.mark.long
 def test_a_run_resumed_after_its_environment_is_fixed_matches_a_run_that_never_failed(capsys, tmp_path):
     fault_file = tmp_path / "broken"
     fault_file.write_text("")

@@ -327,6 +327,7 @@ def test_constrained_samples_are_candidates_with_renormalised_logprobs(model, sa
     assert sum(len(s) for s in seen) > len(CANDIDATES)  # it does sample, not always the same
 
 
+@pytest.mark.long
 def test_constrained_action_probs_equal_the_sampled_actions_logprobs(sampler):
     """`constrained_action_probs` (prefix sums through `trie_action_probs`) is the distribution
     `generate_constrained` draws from: each drawn action's summed log-probs equal log pi_trie(a), and
@@ -463,6 +464,7 @@ def test_one_token_prompt_in_a_one_slot_bucket(model):
 # Unstacked layer weights (the default) against the scan over stacked weights.
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("matmul_dtype", [None, jnp.bfloat16])
 def test_unstacked_and_scanned_samplers_agree(matmul_dtype):
     model = make_model(2, matmul_dtype)  # bfloat16 matmuls: a bfloat16 cache by default too

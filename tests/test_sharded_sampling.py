@@ -39,7 +39,7 @@ from test_sharding import MESHES, collectives, run_on_host_devices  # noqa: E402
 
 # One xdist worker runs every test of this module (`--dist loadgroup`, scripts/test.sh): its module
 # fixture, minutes of training or of subprocesses, is then set up once per suite, not once per worker.
-pytestmark = pytest.mark.xdist_group("sharded_sampling")
+pytestmark = [pytest.mark.xdist_group("sharded_sampling"), pytest.mark.long]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 HIDDEN, NEW_TOKENS, BUCKETS, PROMPT_BUCKETS = 40, 12, (1, 2, 4, 8), (16,)

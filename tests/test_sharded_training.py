@@ -17,6 +17,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.long  # the suite's second tier (scripts/test.sh --long)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}

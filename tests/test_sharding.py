@@ -39,7 +39,7 @@ from poad_jax.run import config as config_lib
 
 # One xdist worker runs every test of this module (`--dist loadgroup`, scripts/test.sh): its module
 # fixture, minutes of training or of subprocesses, is then set up once per suite, not once per worker.
-pytestmark = pytest.mark.xdist_group("sharding")
+pytestmark = [pytest.mark.xdist_group("sharding"), pytest.mark.long]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MESHES = {"dp8": (8, 1, 1), "fsdp8": (1, 8, 1), "mixed222": (2, 2, 2)}

@@ -34,7 +34,7 @@ from test_sharding import HEAD_SIZES, HIDDEN, _dims, assert_update_close, collec
 
 # One xdist worker runs every test of this module (`--dist loadgroup`, scripts/test.sh): its module
 # fixture, minutes of training or of subprocesses, is then set up once per suite, not once per worker.
-pytestmark = pytest.mark.xdist_group("sharding_fsdp")
+pytestmark = [pytest.mark.xdist_group("sharding_fsdp"), pytest.mark.long]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 AUDIT_ROWS, AUDIT_THREADS, AUDIT_PROMPT, AUDIT_ACTION = 96, 8, 12, 9  # T = 21

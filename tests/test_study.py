@@ -208,6 +208,7 @@ def test_a_report_of_some_seeds_goes_beside_the_whole_one(finished_grid, tmp_pat
                    "--seeds 7: study 'toy_grid' has seeds 0,1")
 
 
+@pytest.mark.long
 def test_one_line_errors(tmp_path, finished_grid):
     one_line_error(run_cli(f"--study={tmp_path / 'missing.py'}"), "no study file")
     broken = tmp_path / "broken.py"
@@ -1272,6 +1273,7 @@ def test_a_cell_linked_from_a_sibling_study_is_checked_by_the_config_it_ran_not_
         scheduler.check_workdir(study, workdir, [cell])
 
 
+@pytest.mark.long
 def test_a_first_pass_trains_every_cell_up_to_n_env_steps_and_a_rerun_continues_them(tmp_path):
     """`--up-to`: every cell stops at that many env steps (seed-major, so every method's first
     steps come early); the same command without it continues each cell, not from scratch."""
@@ -1360,6 +1362,7 @@ def test_a_study_file_naming_the_theory_module_where_it_was_still_reports():
     assert old is tables._theory_fn("poad_jax.tools.theory:save_or_take_optimum") is not None
 
 
+@pytest.mark.long
 def test_seeds_runs_only_those_seeds_and_a_later_run_adds_the_rest(tmp_path):
     study_file = write_study(tmp_path, name="by_seed", updates=1, methods=("poad",), seeds=(0, 1))
     workdir = tmp_path / "runs" / "by_seed"
@@ -1378,6 +1381,7 @@ def test_seeds_runs_only_those_seeds_and_a_later_run_adds_the_rest(tmp_path):
     assert finished == ["POAD__seed=0", "POAD__seed=1"]
 
 
+@pytest.mark.long
 def test_cells_runs_only_the_cells_it_names_and_an_unknown_label_is_one_line(tmp_path):
     """`--cells` narrows a pass as `--seeds` does: with both, the cells in both, so a pass of two cells
     trains those two and no other; the study recorded is still the whole study."""

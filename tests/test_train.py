@@ -210,6 +210,7 @@ def test_a_run_that_does_not_learn_samples_what_a_run_at_actor_lr_zero_samples(t
     assert "3 updates without learning" in summary and "PPO updates" not in summary
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_short_real_run_on_embedded_smollm2(tmp_path):
     """A few env steps of the quick DataSciCoding preset: SmolLM2-135M-Instruct on datasci/balance_scale."""
@@ -273,6 +274,7 @@ def test_every_config_file_loads_and_validates(path):
         assert config.model == "smollm2-135m-instruct"
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("method", ["poad", "ntpo", "twosome"])
 def test_bfloat16_matmuls_run_every_method(tmp_path, method):
     """Sampler (free, trie-constrained, TWOSOME scoring) and learner compile and run with

@@ -140,6 +140,7 @@ def test_behaviour_statistics_equal_the_per_candidate_computation(normalization)
                                    rtol=1e-5, atol=1e-5, err_msg=key)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("critic_kind", ["head", "lora"])
 def test_learner_outputs_and_gradients_equal_the_per_candidate_computation(critic_kind):
     graph, frozen, params, arrays, next_arrays = setup("token", seed=1)
