@@ -19,6 +19,7 @@ import ml_collections
 import numpy as np
 
 from poad_jax.run import config as config_lib
+from poad_jax.run import checkpoint as checkpoint_lib
 from poad_jax.run import hardware, rundir
 from poad_jax.run.metrics import read_metrics
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
@@ -412,6 +413,17 @@ def _cells_to_run(study: Study, workdir: pathlib.Path, cells: list[Cell], config
     return seed_major(pending, study.seeds)
 
 
+def killed_line(name: str, cell_dir: pathlib.Path) -> str:
+    """The line for a cell whose trainer was ended by SIGKILL that it did not ask for: the kernel's OOM
+    killer is the usual sender (the trainer prints nothing, the shell would say only "Killed"); its last
+    checkpoint, where a re-run of the study resumes it."""
+    steps = checkpoint_lib.checkpoint_steps(cell_dir)
+    where = (f"its last checkpoint is update {steps[-1]} ({cell_dir / 'checkpoints' / str(steps[-1])})" if steps
+             else "it had saved no checkpoint yet (a re-run starts it again)")
+    return (f"cell {name} was killed by the system (SIGKILL), likely out of memory: {where}; re-run the same "
+            f"command to resume it, with fewer --workers or beside fewer other processes (log: {cell_dir / 'train.log'})")
+
+
 @dataclasses.dataclass
 class _Trainer:
     """One cell's trainer subprocess while it runs."""
@@ -553,12 +565,18 @@ class CellRunner:
         ok = returncode == 0 and bool(records) and int(records[-1].get("env_steps") or 0) >= self.totals[name]
         state["status"] = "done" if ok else "failed"
         state["returncode"] = returncode
+        if returncode == -signal.SIGKILL:
+            state["killed"] = "SIGKILL"  # by the system: the OOM killer, most often
+        else:
+            state.pop("killed", None)
         state["seconds"] = round(time.monotonic() - trainer.started, 1)
         state["seconds_total"] = round(float(state.get("seconds_total", 0.0)) + state["seconds"], 1)
         write_json_atomic(cell_dir / CELL_FILE, state)
         self.status[name] = state["status"]
         if ok:
             self.durations.append(time.monotonic() - trainer.started)
+        elif returncode == -signal.SIGKILL:
+            self.log(killed_line(name, cell_dir))
         else:
             tail = (cell_dir / "train.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
             self.log(f"cell {name} failed (exit {returncode}): {tail[0][-200:]} (log: {cell_dir / 'train.log'})")
