@@ -84,6 +84,8 @@ def main(argv) -> None:
                                                          built.rollout.prompt_buckets))
     collector = RolloutCollector(envs, built.tokenizer, sampler, built.method, built.rollout, seed=built.seeds.numpy)
     steps, next_prompts = phase("sampling", lambda: collector.collect(built.seeds.rollout))
+    if hasattr(sampler, "release_copies"):  # as the training loop does (a checkout before it has none)
+        sampler.release_copies()
     arrays, next_arrays = placement.batch_arrays(steps, next_prompts, built.method, built.rollout,
                                                  built.tokenizer.pad_token_id)
     plans = placement.prefix_plans(arrays, next_arrays, built.method, config)

@@ -136,3 +136,36 @@ def test_a_safetensors_file_reads_tensor_by_tensor_as_the_safetensors_package_do
     (tmp_path / "broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     with pytest.raises(ModelLoadError, match="corrupt safetensors file"):
         TensorSource([tmp_path / "broken.safetensors"])
+
+
+def test_the_rowwise_policy_terms_equal_the_whole_batchs_and_so_do_their_gradients():
+    """The output layer row by row (`rowwise_policy_terms`, what every pass runs on one device) computes each
+    row's log-probs and entropies as the whole batch's logits do, to float32 rounding of the log-softmax's
+    sums, and its gradient likewise; the logits themselves are equal bit for bit."""
+    import jax
+    import jax.numpy as jnp
+
+    from poad_jax.core import policy
+    from poad_jax.models.tiny import tiny_random_model
+
+    model, _ = tiny_random_model(seed=0)
+    rng = np.random.default_rng(0)
+    rows, actions = 6, 9
+    hidden = jnp.asarray(rng.normal(size=(rows, actions, model.config.hidden_size)).astype(np.float32))
+    tokens = jnp.asarray(rng.integers(0, model.config.vocab_size, size=(rows, actions)))
+    allowed = jnp.asarray(rng.integers(0, model.config.vocab_size, size=(rows, actions, 3)))
+    mask = jnp.asarray(rng.random((rows, actions, 3)) < 0.5)
+
+    def whole(h):
+        return policy.token_policy_terms(model.logits(h) / 0.7, tokens, allowed, mask)
+
+    def by_row(h):
+        return policy.rowwise_policy_terms(model, h, tokens, 0.7, allowed, mask)
+
+    for expected, got in zip(jax.jit(whole)(hidden), jax.jit(by_row)(hidden)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    loss = lambda terms: jnp.sum(terms.logprobs_offered) + jnp.sum(terms.entropy_vocabulary)  # noqa: E731
+    np.testing.assert_allclose(jax.grad(lambda h: loss(by_row(h)))(hidden), jax.grad(lambda h: loss(whole(h)))(hidden),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(jax.jit(lambda h: jax.lax.map(lambda r: model.logits(r[None])[0], h))(hidden),
+                                  jax.jit(model.logits)(hidden))

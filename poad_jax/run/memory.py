@@ -3,20 +3,21 @@
 A run's peak resident memory is the sum of what lives through the whole run and the largest of what one
 phase of an update adds on top (docs/performance.md, "Where a DataSciCoding run's memory goes"):
 
-    peak = runtime + weights + sampler copy + trainable state
-           + max(sampling's KV cache, the behaviour pass's activations, the learner's activations)
+    peak = runtime + weights + trainable state
+           + max(the sampler's copy + its KV cache, the behaviour pass's activations, the learner's activations)
 
 - runtime: the interpreter with JAX, XLA's compiled programs, the tokenizer and the environments
   (`RUNTIME_BYTES`, measured);
 - weights: the frozen base as stored (the layer matrices in the matmul dtype where it is lower than `dtype`,
   everything else in `dtype`);
 - sampler copy: the sampler's per-layer copies of the layer matrices (`Sampler(unstack_layers=True)`), one
-  more copy of them;
+  more copy of them, made for each rollout and freed before learning (`Sampler.release_copies`);
 - trainable state: LoRA and the value head (a critic LoRA too), each as parameters, gradients and Adam's two
   moments;
 - sampling: the KV cache, 2 x layers x KV heads x head size x rows x (prompt + new tokens) in the cache dtype;
 - behaviour pass and learner: each pass's rows times its length times the per-layer activations it keeps
-  (`remat`), plus its float32 logits over the vocabulary at every action token, `LOGIT_BUFFERS` of them.
+  (`remat`), plus one row's float32 logits over the vocabulary at its action tokens, `LOGIT_BUFFERS` of them
+  (`core.policy.rowwise_policy_terms`: one device; on a mesh every row's are held, not estimated here).
 
 Pure: reads the config and, for a model on disk, its config.json; loads no weights.
 """
@@ -86,12 +87,12 @@ class Expected:
     @property
     def phase(self) -> tuple[str, int]:
         """The phase that adds the most, and what it adds."""
-        return max((("sampling", self.sampling), ("behaviour pass", self.behaviour), ("learner", self.learner)),
-                   key=lambda item: item[1])
+        return max((("sampling", self.sampler_copy + self.sampling), ("behaviour pass", self.behaviour),
+                    ("learner", self.learner)), key=lambda item: item[1])
 
     @property
     def total(self) -> int:
-        return self.runtime + self.weights + self.sampler_copy + self.trainable + self.phase[1]
+        return self.runtime + self.weights + self.trainable + self.phase[1]
 
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "total": self.total, "peak_phase": self.phase[0]}
@@ -164,9 +165,10 @@ def expected_peak(config: Any, geometry: Geometry | None = None) -> Expected | N
     hw, qw, iw = REMAT_WIDTHS[config.remat]
     kept = g.num_layers * (hw * g.hidden_size + qw * (q + 2 * kv) + iw * i) * 4
     one_layer = (4 * g.hidden_size + q + 2 * kv + 3 * i) * 4  # a layer's working set, float32
-    learner = learner_rows * (length * (kept + 2 * one_layer) + new * g.vocab_size * 4 * GRADIENT_LOGIT_BUFFERS)
-    behaviour = rows * (length * one_layer + new * g.vocab_size * 4 * LOGIT_BUFFERS) \
-        if config.behaviour_logprobs != "sampler" else rows * length * one_layer
+    row_logits = new * g.vocab_size * 4  # one row's float32 logits: the output layer runs row by row
+    learner = learner_rows * length * (kept + 2 * one_layer) + row_logits * GRADIENT_LOGIT_BUFFERS
+    behaviour = rows * length * one_layer + (row_logits * LOGIT_BUFFERS if config.behaviour_logprobs != "sampler"
+                                             else 0)
     params = matrices + g.embedding_params() + g.vector_params()
     return Expected(RUNTIME_BYTES, weights, sampler_copy, trainable, sampling, behaviour, learner, params)
 
@@ -184,9 +186,8 @@ def expected_line(expected: Expected | None) -> str:
         return "expected peak memory: unknown (the model's sizes are read after its first conversion)"
     phase, added = expected.phase
     return (f"expected peak memory: {gib(expected.total)} (runtime {gib(expected.runtime)}, weights "
-            f"{gib(expected.weights)} for {expected.params / 1e6:.0f}M parameters, sampler's copy "
-            f"{gib(expected.sampler_copy)}, trainable state {expected.trainable / MIB:.0f} MiB, {phase} "
-            f"{gib(added)})")
+            f"{gib(expected.weights)} for {expected.params / 1e6:.0f}M parameters, trainable state "
+            f"{expected.trainable / MIB:.0f} MiB, and at its peak the {phase} {gib(added)})")
 
 
 def available_bytes(meminfo: str | pathlib.Path = "/proc/meminfo") -> int | None:

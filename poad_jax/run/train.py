@@ -240,6 +240,7 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
 
             sampler.set_lora(hosts.local_copy(state.params["actor"]))
             steps, next_prompts = collector.collect(placement.rollout_key(collect_rng), on_step, on_results)
+            sampler.release_copies()  # learning runs without the sampler's per-layer copies of the base
             run_episodes = run_stats(collector.stats)
             progress.phase(f"update {update_in_flight}/{last_update}: learning")
             value_head = target_head if settings.critic.target_update_every > 0 else state.params["head"]
