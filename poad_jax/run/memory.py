@@ -16,7 +16,7 @@ phase of an update adds on top (docs/performance.md, "Where a DataSciCoding run'
   moments;
 - sampling: the KV cache, 2 x layers x KV heads x head size x rows x (prompt + new tokens) in the cache dtype;
 - behaviour pass and learner: each pass's rows times its length times the per-layer activations it keeps
-  (`remat`), plus one row's float32 logits over the vocabulary at its action tokens, `LOGIT_BUFFERS` of them
+  (`remat`; the learner also about one more copy of the layer matrices, measured), plus one row's float32 logits over the vocabulary at its action tokens, `LOGIT_BUFFERS` of them
   (`core.policy.rowwise_policy_terms`: one device; on a mesh every row's are held, not estimated here).
 
 Pure: reads the config and, for a model on disk, its config.json; loads no weights.
@@ -32,7 +32,7 @@ from typing import Any
 MIB = 2**20
 RUNTIME_BYTES = 600 * MIB  # Python, JAX, XLA, tokenizer, environments: the toy run peaks at 591 MiB (docs/performance.md)
 LOGIT_BUFFERS = 3  # float32 [rows, action tokens, vocabulary] buffers a pass holds at once (logits, log-softmax, exp)
-GRADIENT_LOGIT_BUFFERS = 5  # the learner's: the forward's and their cotangents
+GRADIENT_LOGIT_BUFFERS = 8  # the learner's, recomputed in the backward pass with their cotangents (fits XLA's temporaries: docs/performance.md)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Per layer and row-token, the activations the learner's layer scan keeps for its backward pass, in units of
 # (hidden, attention q/kv, MLP intermediate) widths: "full" keeps the layer's input; "dots" every matmul's output;
@@ -166,7 +166,9 @@ def expected_peak(config: Any, geometry: Geometry | None = None) -> Expected | N
     kept = g.num_layers * (hw * g.hidden_size + qw * (q + 2 * kv) + iw * i) * 4
     one_layer = (4 * g.hidden_size + q + 2 * kv + 3 * i) * 4  # a layer's working set, float32
     row_logits = new * g.vocab_size * 4  # one row's float32 logits: the output layer runs row by row
-    learner = learner_rows * length * (kept + 2 * one_layer) + row_logits * GRADIENT_LOGIT_BUFFERS
+    # beyond XLA's temporaries, the learner's phase holds about one more copy of the layer matrices (measured
+    # 764-770 MiB above them with `remat` dots and full, against 684 MiB of matrices: docs/performance.md)
+    learner = learner_rows * length * (kept + 2 * one_layer) + row_logits * GRADIENT_LOGIT_BUFFERS + matrices * stored
     behaviour = rows * length * one_layer + (row_logits * LOGIT_BUFFERS if config.behaviour_logprobs != "sampler"
                                              else 0)
     params = matrices + g.embedding_params() + g.vector_params()
