@@ -16,8 +16,9 @@ phase of an update adds on top (docs/performance.md, "Where a DataSciCoding run'
   moments;
 - sampling: the KV cache, 2 x layers x KV heads x head size x rows x (prompt + new tokens) in the cache dtype;
 - behaviour pass and learner: each pass's rows times its length times the per-layer activations it keeps
-  (`remat`; the learner also about one more copy of the layer matrices, measured), plus one row's float32 logits over the vocabulary at its action tokens, `LOGIT_BUFFERS` of them
-  (`core.policy.rowwise_policy_terms`: one device; on a mesh every row's are held, not estimated here).
+  (`remat`; the learner also about one more copy of the layer matrices, measured), plus one row's float32
+  logits over the vocabulary at its action tokens, `LOGIT_BUFFERS` of them (`core.policy.rowwise_policy_terms`:
+  one device; on a mesh every row's are held, not estimated here).
 
 Pure: reads the config and, for a model on disk, its config.json; loads no weights.
 """
@@ -33,6 +34,7 @@ MIB = 2**20
 RUNTIME_BYTES = 600 * MIB  # Python, JAX, XLA, tokenizer, environments: the toy run peaks at 591 MiB (docs/performance.md)
 LOGIT_BUFFERS = 3  # float32 [rows, action tokens, vocabulary] buffers a pass holds at once (logits, log-softmax, exp)
 GRADIENT_LOGIT_BUFFERS = 8  # the learner's, recomputed in the backward pass with their cotangents (fits XLA's temporaries: docs/performance.md)
+PROMPT_TOKENS = 384  # a prompt's tokens (the settings give no bound; DataSciCoding's first prompts, its learner's shape)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Per layer and row-token, the activations the learner's layer scan keeps for its backward pass, in units of
 # (hidden, attention q/kv, MLP intermediate) widths: "full" keeps the layer's input; "dots" every matmul's output;
@@ -173,9 +175,6 @@ def expected_peak(config: Any, geometry: Geometry | None = None) -> Expected | N
                                              else 0)
     params = matrices + g.embedding_params() + g.vector_params()
     return Expected(RUNTIME_BYTES, weights, sampler_copy, trainable, sampling, behaviour, learner, params)
-
-
-PROMPT_TOKENS = 384  # a prompt's tokens (the settings give no bound; DataSciCoding's first prompts, its learner's shape)
 
 
 def gib(value: int) -> str:
