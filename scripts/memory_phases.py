@@ -1,6 +1,6 @@
 """Where a run's memory goes: peak resident memory per phase of one update, and the compiled update's buffers.
 
-    python scripts/memory_phases.py --config=configs/datasci.py [--config.x=y ...] [--analysis]
+    python scripts/memory_phases.py --config=configs/datasci.py [--config.x=y ...] [--analysis] [--again]
 
 Builds the run as `python -m poad_jax.train` does (`poad_jax.run.build`), then runs one update phase by
 phase: model loading, the learner's state, the sampler, one rollout (sampling), the behaviour pass and the
@@ -23,6 +23,7 @@ from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "the run's config file", lock_config=False)
 _ANALYSIS = flags.DEFINE_bool("analysis", False, "add XLA's memory analysis of the compiled update")
+_AGAIN = flags.DEFINE_bool("again", False, "run the learner's update a second time, on the same batch")
 _JSON = flags.DEFINE_string("json", None, "also write the phases as JSON to this file")
 
 
@@ -107,6 +108,8 @@ def main(argv) -> None:
         print("compiled update (MiB): " + ", ".join(f"{k} {v}" for k, v in analysis.items()), flush=True)
         del compiled
     state, metrics = phase("learner update", lambda: update_fn(state, built.frozen, batch))
+    if _AGAIN.value:  # the same batch once more: what the first call held beyond a compiled program's run
+        state, metrics = phase("learner update again", lambda: update_fn(state, built.frozen, batch))
     envs.close()
     whole = {"peak_rss_mib": max(p.get("peak_mib", 0.0) for p in phases)}  # the phases' peaks: VmHWM was reset
     print(f"whole process: peak {whole['peak_rss_mib']:.0f} MiB (the largest phase's); expected "
