@@ -486,6 +486,25 @@ def test_unstacked_and_scanned_samplers_agree(matmul_dtype):
                                scanned.score_actions(PROMPTS[0], actions).token_logprob_sums, atol=1e-5)
 
 
+def test_released_copies_are_made_again_from_the_samplers_own_base_and_sample_the_same():
+    """`release_copies` frees the per-layer copies (the learner's phase runs without them); the next call
+    makes them again from the sampler's own base, not the model's later edits, and samples the same tokens."""
+    model = make_model(3)
+    sampler = Sampler(model, batch_buckets=(4,), prompt_buckets=(16,))
+    config = SamplingConfig(temperature=0.7, max_new_tokens=6)
+    before = sampler.generate(PROMPTS, jax.random.key(0), config)
+    sampler.release_copies()
+    assert sampler.unstacked is None
+    w = model.layers.weights["up_proj"]
+    w[...] = w[...] * 1.5  # the model's base changes: the sampler's own does not
+    after = sampler.generate(PROMPTS, jax.random.key(0), config)
+    assert sampler.unstacked is not None
+    for a, b in zip(before.tokens, after.tokens):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(before.logprobs, after.logprobs):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_set_lora_keeps_the_unstacked_copy_and_the_new_adapters_are_used():
     model = make_model(3)
     sampler = Sampler(model, batch_buckets=(4,), prompt_buckets=(16,))

@@ -1304,6 +1304,43 @@ def test_a_first_pass_trains_every_cell_up_to_n_env_steps_and_a_rerun_continues_
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --finish-within must be > 0 minutes, got 0"
 
 
+def test_a_trainer_killed_by_sigkill_is_reported_as_killed_by_the_system_and_a_rerun_resumes_it(tmp_path):
+    """The kernel's OOM killer ends a trainer with SIGKILL and no word of its own: the runner says so in one
+    line naming the cell's last checkpoint, records it in cell.json, and a re-run resumes the cell there."""
+    study_file = write_study(tmp_path, name="oom", updates=6, methods=("poad",), seeds=(0,))
+    workdir = tmp_path / "runs" / "oom"
+    cell_dir = workdir / "cells" / "POAD__seed=0"
+    runner = subprocess.Popen([sys.executable, "-m", "poad_jax.study", f"--study={study_file}",
+                               f"--workdir={workdir}"], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not (cell_dir / "checkpoints" / "2").is_dir():  # the second update's checkpoint
+        assert runner.poll() is None and time.monotonic() < deadline, "no checkpoint before the runner ended"
+        time.sleep(0.1)
+    (trainer,) = trainer_pids(cell_dir)
+    os.kill(trainer, signal.SIGKILL)  # what the OOM killer sends
+    output, _ = runner.communicate(timeout=120)
+    assert runner.returncode == 0, output[-2000:]
+    (line,) = [line for line in output.splitlines() if "killed by the system" in line]
+    last = scheduler.checkpoint_lib.checkpoint_steps(cell_dir)[-1]
+    assert line == (f"cell POAD__seed=0 was killed by the system (SIGKILL), likely out of memory: its last "
+                    f"checkpoint is update {last} ({cell_dir / 'checkpoints' / str(last)}); re-run the same "
+                    f"command to resume it, with fewer --workers or beside fewer other processes "
+                    f"(log: {cell_dir / 'train.log'})")
+    cell = json.loads((cell_dir / "cell.json").read_text())
+    assert (cell["status"], cell["returncode"], cell["killed"]) == ("failed", -signal.SIGKILL, "SIGKILL")
+    assert "1 cell(s) failed: POAD__seed=0" in output
+
+    result = run_cli(f"--study={study_file}", f"--workdir={workdir}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "killed by the system" not in result.stdout
+    assert "resuming" in (cell_dir / "train.log").read_text()
+    records = [json.loads(line) for line in (cell_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in records] == [1, 2, 3, 4, 5, 6]
+    cell = json.loads((cell_dir / "cell.json").read_text())
+    assert cell["status"] == "done" and "killed" not in cell
+
+
 def _timed_cell(workdir: pathlib.Path, cell: spec.Cell, env_steps: int, status: str, **seconds: float) -> None:
     """A cell directory as the runner leaves it: metrics up to `env_steps`, cell.json with its overrides,
     status and wall time (`seconds`, `seconds_total`)."""

@@ -72,22 +72,25 @@ def safetensors_files(directory: str | os.PathLike) -> list[pathlib.Path]:
     return files
 
 
+SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+                      "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+
+
 class TensorSource:
-    """Lazy name -> NumPy array access over one or more safetensors files."""
+    """Lazy name -> NumPy array access over one or more safetensors files.
+
+    Each tensor is read from its file into a fresh array (a seek and a read: the format is an 8-byte
+    header length, a JSON header of each tensor's dtype, shape and byte range, then the data), not
+    through a memory map: the map's pages would stay resident as the load walks the file, 2.5 GB for
+    Qwen2.5-Coder-0.5B's float32 file on top of the weights (docs/performance.md, "Where a
+    DataSciCoding run's memory goes")."""
 
     def __init__(self, files: list[pathlib.Path]):
-        from safetensors import safe_open
-
-        self._handles = {}
-        self._where = {}
+        self._where: dict[str, tuple[pathlib.Path, int, dict[str, Any]]] = {}
         for file in files:
-            try:
-                handle = safe_open(str(file), framework="np")
-            except Exception as error:
-                raise ModelLoadError(f"corrupt safetensors file {file}: {error}") from error
-            self._handles[file] = handle
-            for name in handle.keys():
-                self._where[name] = file
+            length, entries = _safetensors_header(file)
+            for name, entry in entries.items():
+                self._where[name] = (file, 8 + length, entry)
 
     def __contains__(self, name: str) -> bool:
         return name in self._where
@@ -95,10 +98,39 @@ class TensorSource:
     def get(self, name: str) -> np.ndarray:
         if name not in self._where:
             raise ModelLoadError(f"checkpoint lacks tensor {name}")
+        file, data_start, entry = self._where[name]
+        begin, end = entry["data_offsets"]
+        dtype = np.dtype(SAFETENSORS_DTYPES[entry["dtype"]]) if entry["dtype"] != "BF16" else _bfloat16()
+        count = (end - begin) // dtype.itemsize
+        with open(file, "rb") as handle:
+            handle.seek(data_start + begin)
+            values = np.fromfile(handle, dtype=dtype, count=count)
+        if values.size != count or count != int(np.prod(entry["shape"], dtype=np.int64)):
+            raise ModelLoadError(f"corrupt tensor {name}: {values.size} of {count} values read for shape "
+                                 f"{tuple(entry['shape'])}")
+        return values.reshape(entry["shape"])
+
+
+def _safetensors_header(file: pathlib.Path) -> tuple[int, dict[str, dict[str, Any]]]:
+    """(header length, {tensor: {dtype, shape, data_offsets}}) of a safetensors file; ModelLoadError if malformed."""
+    with open(file, "rb") as handle:
+        prefix = handle.read(8)
+        length = int.from_bytes(prefix, "little")
         try:
-            return self._handles[self._where[name]].get_tensor(name)
-        except Exception as error:
-            raise ModelLoadError(f"corrupt tensor {name}: {error}") from error
+            header = json.loads(handle.read(length)) if len(prefix) == 8 else None
+            entries = {name: entry for name, entry in header.items() if name != "__metadata__"}
+            if any(entry["dtype"] not in SAFETENSORS_DTYPES or len(entry["data_offsets"]) != 2
+                   or not isinstance(entry["shape"], list) for entry in entries.values()):
+                raise ValueError("an entry without a known dtype, a shape and two offsets")
+        except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as error:
+            raise ModelLoadError(f"corrupt safetensors file {file}: {error}") from None
+    return length, entries
+
+
+def _bfloat16() -> np.dtype:
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 def _as_param(values: np.ndarray, shape: tuple[int, ...], dtype, name: str) -> jax.Array:
@@ -143,8 +175,15 @@ def model_from_tensors(
     n_layers = config.num_hidden_layers
 
     def stacked(hf_kind: Callable[[int], str], transpose: bool) -> np.ndarray:
-        arrays = [get_tensor(hf_kind(i)) for i in range(n_layers)]
-        return np.stack([a.T if transpose else a for a in arrays])
+        """The layers' tensors `[L, ...]`, filled one layer at a time (no list of them beside the stack)."""
+        out = None
+        for i in range(n_layers):
+            layer = get_tensor(hf_kind(i))
+            layer = layer.T if transpose else layer
+            if out is None:
+                out = np.empty((n_layers, *layer.shape), layer.dtype)
+            out[i] = layer
+        return out
 
     def fill(variable: nnx.Variable, values: np.ndarray, name: str):
         abstract = variable.get_value()

@@ -48,6 +48,7 @@ from poad_jax.parallel import hosts
 from poad_jax.run import best_program as best_lib
 from poad_jax.run import checkpoint as checkpoint_lib
 from poad_jax.run import hardware
+from poad_jax.run import memory as memory_lib
 from poad_jax.run import metrics as run_logging
 from poad_jax.run import rundir
 from poad_jax.run.action_log import ActionLog
@@ -94,6 +95,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     if placement.primary:
         for warning in config_warnings(config):  # valid settings that make the run learn nothing
             print(warning, file=sys.stderr, flush=True)
+    if placement.primary:
+        say_expected_memory(config, show_progress)
     if show_progress and placement.primary:  # a real model's first load converts its GGUF: seconds to a minute
         print(f"loading model {config.model}", flush=True)
     built = build(config, placement)
@@ -116,6 +119,17 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
         raise
     finally:
         envs.close()
+
+
+def say_expected_memory(config: ml_collections.ConfigDict, show_progress: bool = True) -> None:
+    """The run's expected peak memory in one line (`run.memory`), and a one-line warning on stderr when the
+    machine's available memory is below it (the kernel's OOM killer would end the run without a word)."""
+    expected = memory_lib.expected_peak(config)
+    if show_progress:
+        print(memory_lib.expected_line(expected), flush=True)
+    warning = memory_lib.memory_warning(expected, memory_lib.available_bytes())
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
 
 
 def describe_placement(config: ml_collections.ConfigDict, placement: Placement) -> None:
@@ -227,6 +241,7 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
 
             sampler.set_lora(hosts.local_copy(state.params["actor"]))
             steps, next_prompts = collector.collect(placement.rollout_key(collect_rng), on_step, on_results)
+            sampler.release_copies()  # learning runs without the sampler's per-layer copies of the base
             run_episodes = run_stats(collector.stats)
             progress.phase(f"update {update_in_flight}/{last_update}: learning")
             value_head = target_head if settings.critic.target_update_every > 0 else state.params["head"]

@@ -19,7 +19,9 @@ import ml_collections
 import numpy as np
 
 from poad_jax.run import config as config_lib
+from poad_jax.run import checkpoint as checkpoint_lib
 from poad_jax.run import hardware, rundir
+from poad_jax.run import memory as memory_lib
 from poad_jax.run.metrics import read_metrics
 from poad_jax.tools.study.spec import (CELL_FILE, REPO, STUDY_FILE, Cell, Study, StudyError, cell_config, grid,
                                         group_of, log_dir, train_command)
@@ -444,6 +446,28 @@ def _cells_to_run(study: Study, workdir: pathlib.Path, cells: list[Cell], config
     return seed_major(pending, study.seeds)
 
 
+def resident_bytes(pid: int) -> int:
+    """A process's resident memory now (VmRSS of /proc/<pid>/status), 0 where it cannot be read."""
+    try:
+        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return 0
+
+
+def killed_line(name: str, cell_dir: pathlib.Path) -> str:
+    """The line for a cell whose trainer was ended by SIGKILL that it did not ask for: the kernel's OOM
+    killer is the usual sender (the trainer prints nothing, the shell would say only "Killed"); its last
+    checkpoint, where a re-run of the study resumes it."""
+    steps = checkpoint_lib.checkpoint_steps(cell_dir)
+    where = (f"its last checkpoint is update {steps[-1]} ({cell_dir / 'checkpoints' / str(steps[-1])})" if steps
+             else "it had saved no checkpoint yet (a re-run starts it again)")
+    return (f"cell {name} was killed by the system (SIGKILL), likely out of memory: {where}; re-run the same "
+            f"command to resume it, with fewer --workers or beside fewer other processes (log: {cell_dir / 'train.log'})")
+
+
 @dataclasses.dataclass
 class _Trainer:
     """One cell's trainer subprocess while it runs."""
@@ -480,6 +504,8 @@ class CellRunner:
         self.session_started = 0.0
         self.commit = repo_commit()
         self.caller, self.env = cell_environment()
+        self.peaks: dict[str, int | None] = {}  # each cell's expected peak memory (`expected_peak`)
+        self.memory_waits: set[str] = set()  # cells said to wait for memory
 
     def run(self, reuse: bool) -> dict[str, str]:
         """Runs every cell not finished or reused (`_cells_to_run`); returns {cell: status}."""
@@ -511,7 +537,7 @@ class CellRunner:
                 self.heartbeat()
                 last_beat = time.monotonic()
             changed = False
-            while self.pending and len(self.running) < self.workers:
+            while self.pending and len(self.running) < self.workers and self.memory_holds(self.pending[0]):
                 cell = self.pending.pop(0)
                 if self.fits(cell):
                     self.launch(cell)
@@ -555,6 +581,38 @@ class CellRunner:
                  f"and {format_seconds(max(left, 0))} is left of --finish-within")
         return False
 
+    def memory_holds(self, cell: Cell) -> bool:
+        """Whether the machine's available memory holds `cell` at its expected peak (`run.memory`) beside the
+        cells running, each counted at what it has yet to reach of its own; always when none runs (it starts,
+        and its trainer warns if it does not fit) or the peak is unknown.  A cell that must wait is said once."""
+        expected = self.expected_peak(cell.name)
+        if not self.running or expected is None:
+            return True
+        available = memory_lib.available_bytes()
+        if available is None:
+            return True
+        growth = sum(max((self.expected_peak(name) or 0) - resident_bytes(t.process.pid), 0)
+                     for name, t in self.running.items())
+        if expected <= available - growth:
+            return True
+        if cell.name not in self.memory_waits:
+            self.memory_waits.add(cell.name)
+            self.log(f"[{self.study.name}] cell {cell.name} waits for memory: it expects to need "
+                     f"{memory_lib.gib(expected)} at its peak, and the {memory_lib.gib(available)} available holds "
+                     f"{memory_lib.gib(max(available - growth, 0))} beside the {len(self.running)} running "
+                     f"(their peaks to come); {len(self.running)} at once, not --workers={self.workers}")
+        return False
+
+    def expected_peak(self, name: str) -> int | None:
+        """A cell's expected peak memory in bytes (`run.memory.expected_peak` of its config, "auto"
+        settings resolved as this machine resolves them), None where the model's sizes are unknown."""
+        if name not in self.peaks:
+            config = copy.deepcopy(self.configs[name])
+            hardware.resolve_config(config)
+            expected = memory_lib.expected_peak(config)
+            self.peaks[name] = None if expected is None else expected.total
+        return self.peaks[name]
+
     def launch(self, cell: Cell) -> None:
         """Marks `cell` running in its cell.json (with this checkout's commit) and starts its trainer."""
         cell_dir = self.workdir / "cells" / cell.name
@@ -585,12 +643,18 @@ class CellRunner:
         ok = returncode == 0 and bool(records) and int(records[-1].get("env_steps") or 0) >= self.totals[name]
         state["status"] = "done" if ok else "failed"
         state["returncode"] = returncode
+        if returncode == -signal.SIGKILL:
+            state["killed"] = "SIGKILL"  # by the system: the OOM killer, most often
+        else:
+            state.pop("killed", None)
         state["seconds"] = round(time.monotonic() - trainer.started, 1)
         state["seconds_total"] = round(float(state.get("seconds_total", 0.0)) + state["seconds"], 1)
         write_json_atomic(cell_dir / CELL_FILE, state)
         self.status[name] = state["status"]
         if ok:
             self.durations.append(time.monotonic() - trainer.started)
+        elif returncode == -signal.SIGKILL:
+            self.log(killed_line(name, cell_dir))
         else:
             tail = (cell_dir / "train.log").read_text(errors="replace").strip().splitlines()[-1:] or [""]
             self.log(f"cell {name} failed (exit {returncode}): {tail[0][-200:]} (log: {cell_dir / 'train.log'})")

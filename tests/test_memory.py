@@ -1,0 +1,171 @@
+"""A run's expected peak memory (`poad_jax.run.memory`), said before it loads anything.
+
+- The toy run's expected peak is within 25 % of the peak RSS its trainer measures (`peak_rss_mb`), and
+  the trainer prints it in one line at its start.
+- Below the machine's available memory, one warning line names the settings that lower the peak.
+- The study runner starts no more cells at once than the available memory holds at their expected peaks,
+  and says so in one line.
+- The loader reads a safetensors file tensor by tensor, the same arrays as the `safetensors` package.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from poad_jax.run import config as config_lib
+from poad_jax.run import hardware
+from poad_jax.run import memory
+from poad_jax.tools.study import scheduler, spec
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from test_study import write_study  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("study")
+
+
+def toy_config(**overrides):
+    """configs/toy.py with `overrides`, its "auto" settings resolved as the trainer resolves them."""
+    config = config_lib.load_config_file(REPO / "configs" / "toy.py")
+    for key, value in overrides.items():
+        config[key] = value
+    hardware.resolve_config(config)
+    return config
+
+
+def test_the_toy_runs_expected_peak_is_within_25_percent_of_its_measured_peak(tmp_path):
+    workdir = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "poad_jax.train", "--config=configs/toy.py",
+                             f"--workdir={workdir}", "--config.total_env_steps=32", "--config.tensorboard=false",
+                             "--config.plot=false"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    expected = memory.expected_peak(toy_config(total_env_steps=32))
+    assert memory.expected_line(expected) in result.stdout.splitlines()
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    measured = max(r["peak_rss_mb"] for r in records) * 2**20
+    assert abs(expected.total - measured) <= 0.25 * measured, (expected.as_dict(), measured / 2**20)
+
+
+def test_the_estimate_adds_each_copy_of_the_weights_and_the_largest_phase():
+    """Qwen2.5-Coder-0.5B's sizes (its converted config.json): weights in bfloat16 where the matmuls are,
+    the sampler's per-layer copies, and the phases' terms growing with the settings that the warning names."""
+    qwen = memory.geometry_from_hf({
+        "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
+        "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "head_dim": 64,
+        "tie_word_embeddings": False})
+    config = toy_config()
+    config.matmul_dtype, config.dtype = "bfloat16", "float32"
+    base = memory.expected_peak(config, qwen)
+    assert base.params == 630_167_424  # the converted file's 2 520 669 696 float32 bytes / 4
+    matrices = 24 * (2 * 896 * 896 + 2 * 896 * 128 + 3 * 896 * 4864)
+    assert base.weights == (matrices + 2 * 151936 * 896) * 2 + (896 + 24 * (2 * 896 + 1152)) * 4
+    assert base.sampler_copy == matrices * 2
+    config.matmul_dtype = "float32"
+    assert memory.expected_peak(config, qwen).weights == base.params * 4
+    for setting, smaller in (("num_threads", 2), ("sampling.max_new_tokens", 16)):
+        lowered = toy_config()
+        lowered.matmul_dtype = "bfloat16"
+        target, _, field = setting.rpartition(".")
+        (lowered[target] if target else lowered)[field] = smaller
+        assert memory.expected_peak(lowered, qwen).total < base.total, setting
+    line = memory.memory_warning(base, base.total - 1)
+    assert line.startswith(f"warning: this run expects to need {memory.gib(base.total)} at its peak ")
+    assert "--config." in line and memory.memory_warning(base, base.total) is None
+
+
+def test_the_trainer_warns_in_one_line_when_available_memory_is_below_the_expected_peak(monkeypatch, capsys):
+    from poad_jax.run import train
+
+    config = toy_config()
+    expected = memory.expected_peak(config)
+    monkeypatch.setattr(memory, "available_bytes", lambda meminfo="/proc/meminfo": expected.total // 2)
+    train.say_expected_memory(config)
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [memory.expected_line(expected)]
+    (warning,) = err.splitlines()
+    assert warning.startswith("warning: this run expects to need ") and "--config.num_threads" in warning
+
+
+def test_available_memory_is_read_from_meminfo(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24684536 kB\nMemFree:        1000 kB\nMemAvailable:   2048 kB\n")
+    assert memory.available_bytes(meminfo) == 2048 * 1024
+    assert memory.available_bytes(tmp_path / "missing") is None
+
+
+def test_the_study_runner_starts_no_more_cells_than_available_memory_holds(tmp_path, monkeypatch):
+    """Two workers, memory for one cell at its expected peak: the cells run one at a time, said in one line."""
+    study = spec.load_study(write_study(tmp_path, updates=1, methods=("poad", "ntpo"), seeds=(0,)))
+    one = memory.expected_peak(toy_config()).total
+    monkeypatch.setattr(memory, "available_bytes", lambda meminfo="/proc/meminfo": int(1.5 * one))
+    monkeypatch.setattr(scheduler, "resident_bytes", lambda pid: 0)  # a running cell's whole peak is still to come
+    lines: list[str] = []
+    status = scheduler.run_study(study, tmp_path / "runs" / "toy_grid", workers=2, log=lines.append)
+    assert status == {"POAD__seed=0": "done", "NTPO__seed=0": "done"}
+    waits = [line for line in lines if "waits for memory" in line]
+    assert len(waits) == 1 and waits[0].startswith("[toy_grid] cell NTPO__seed=0 waits for memory: it expects "
+                                                   f"to need {memory.gib(one)} at its peak"), lines
+    assert waits[0].endswith("1 at once, not --workers=2")
+    running = [int(m.group(1)) for line in lines for m in [re.search(r"(\d+) running", line)] if m]
+    assert max(running) == 1, lines
+
+
+def test_a_safetensors_file_reads_tensor_by_tensor_as_the_safetensors_package_does(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    from poad_jax.models.errors import ModelLoadError
+    from poad_jax.models.hf_io import TensorSource
+
+    rng = np.random.default_rng(0)
+    tensors = {"a": rng.normal(size=(3, 5)).astype(np.float32), "b": np.arange(7, dtype=np.int64),
+               "c": rng.normal(size=(2, 2, 2)).astype(np.float16)}
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    source = TensorSource([tmp_path / "model.safetensors"])
+    reference = load_file(str(tmp_path / "model.safetensors"))
+    for name in tensors:
+        assert name in source
+        np.testing.assert_array_equal(source.get(name), reference[name])
+        assert source.get(name).dtype == reference[name].dtype
+    (tmp_path / "broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(ModelLoadError, match="corrupt safetensors file"):
+        TensorSource([tmp_path / "broken.safetensors"])
+
+
+def test_the_rowwise_policy_terms_equal_the_whole_batchs_and_so_do_their_gradients():
+    """The output layer row by row (`rowwise_policy_terms`, what every pass runs on one device) computes each
+    row's log-probs and entropies as the whole batch's logits do, to float32 rounding of the log-softmax's
+    sums, and its gradient likewise; the logits themselves are equal bit for bit."""
+    import jax
+    import jax.numpy as jnp
+
+    from poad_jax.core import policy
+    from poad_jax.models.tiny import tiny_random_model
+
+    model, _ = tiny_random_model(seed=0)
+    rng = np.random.default_rng(0)
+    rows, actions = 6, 9
+    hidden = jnp.asarray(rng.normal(size=(rows, actions, model.config.hidden_size)).astype(np.float32))
+    tokens = jnp.asarray(rng.integers(0, model.config.vocab_size, size=(rows, actions)))
+    allowed = jnp.asarray(rng.integers(0, model.config.vocab_size, size=(rows, actions, 3)))
+    mask = jnp.asarray(rng.random((rows, actions, 3)) < 0.5)
+
+    def whole(h):
+        return policy.token_policy_terms(model.logits(h) / 0.7, tokens, allowed, mask)
+
+    def by_row(h):
+        return policy.rowwise_policy_terms(model, h, tokens, 0.7, allowed, mask)
+
+    for expected, got in zip(jax.jit(whole)(hidden), jax.jit(by_row)(hidden)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    loss = lambda terms: jnp.sum(terms.logprobs_offered) + jnp.sum(terms.entropy_vocabulary)  # noqa: E731
+    np.testing.assert_allclose(jax.grad(lambda h: loss(by_row(h)))(hidden), jax.grad(lambda h: loss(whole(h)))(hidden),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(jax.jit(lambda h: jax.lax.map(lambda r: model.logits(r[None])[0], h))(hidden),
+                                  jax.jit(model.logits)(hidden))
