@@ -73,10 +73,22 @@ table per dataset beside Table 4's three columns (POAD-Best with
 CodeLLaMA-7B, CAAFE with GPT-3.5 and GPT-4), with the wall time per env
 step and the CPU named.
 
-Time: on a 2-core CPU with native bfloat16 a learning cell of 384 env steps
-takes about 50-70 minutes, an untrained one 20-30; one at a time in the
-background, each cell whole on the machine that starts it (`--finish-within`)
-and its raw logs committed when it ends (18 cells).
+Diagnostics before the plan (2026-12-07, the 2-core Intel Xeon with AMX, seed
+0, 16 env steps each, not cells of this study): the untrained model at
+temperature 1.0 in improvement episodes of two attempts ran 7 of 16 programs
+(best the LogisticRegression, 0.8834; failures by stage: build 6,
+predict_proba 2, import 1; 2 cut off at 256 tokens); of its 4 improvement
+attempts one ran (a single tree of a forest, 0.615: no gain) and three
+failed. The same run learning (B's settings) wrote the same 8 programs in its
+first update, peaked at 7.1 GB and took 22 s per env step over its two
+updates, compilation of the longer improvement prompts included (stage 3's
+POAD cells took 19-27 minutes for 192 env steps, its untrained ones 10-11, on
+an EPYC with native bfloat16). So a learning cell of 384 env steps should take
+1-1.5 hours on these CPUs, an untrained one 25-40 minutes.
+
+Time: one cell at a time in the background, each cell whole on the machine
+that starts it (`--finish-within`) and its raw logs committed when it ends
+(18 cells).
 
     python -m poad_jax.study --study=studies/datasci_explore.py --cells=<cell> --finish-within=<minutes>
     python -m poad_jax.study --study=studies/datasci_explore.py --report --publish=docs/results
