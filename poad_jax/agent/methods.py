@@ -237,7 +237,8 @@ class ActionLevel:
             policy = shared_prompt_pass(rows, length - action_len, candidates, action_len)
         else:
             policy = Pass(rows * candidates, length, action_len)
-        return SchemePasses(policy, Pass(rows, length), rows)
+        # The prompt-shared scoring computes its logits itself (`shared_prompt_token_logprobs`), not row by row.
+        return SchemePasses(policy, Pass(rows, length), rows, policy_rowwise=not self.share_prompt)
 
     def critic_features(self, graph: PolicyGraph, frozen: FrozenBase, lora, batch, use_lora: bool) -> jax.Array:
         """`[N, H]`: the hidden state at the prompt's last token, V(o)'s input."""

@@ -69,11 +69,13 @@ class PassFlops(NamedTuple):
 
 class SchemePasses(NamedTuple):
     """A credit scheme's passes over one batch (`agent.methods.TokenLevel.passes`, `ActionLevel.passes`): the policy's, the
-    critic features' (no logits), and how many value-head inputs they give."""
+    critic features' (no logits), how many value-head inputs they give, and whether the policy's logits go
+    row by row (`core.policy.rowwise_policy_terms` on one device: the backward recomputes the output layer)."""
 
     policy: Pass
     critic: Pass
     values: int
+    policy_rowwise: bool = True
 
 
 def layer_weights(config) -> tuple[int, int]:
@@ -112,11 +114,14 @@ def pass_flops(config, p: Pass) -> PassFlops:
     )
 
 
-def training_flops(config, p: Pass, remat: str) -> int:
+def training_flops(config, p: Pass, remat: str, output_recomputed: bool = False) -> int:
     """Forward + backward of a pass through the frozen base (adapters aside):
-    sum over kinds of TRAINING_PASSES[remat][kind] x that kind's forward FLOPs."""
+    sum over kinds of TRAINING_PASSES[remat][kind] x that kind's forward FLOPs, plus one more forward of
+    the output layer where the backward recomputes it (`output_recomputed`: the policy's log-probs one row
+    at a time on one device, `core.policy.rowwise_policy_terms`)."""
     passes = TRAINING_PASSES[remat]
-    return sum(passes[kind] * flops for kind, flops in pass_flops(config, p)._asdict().items())
+    flops = pass_flops(config, p)
+    return sum(passes[kind] * n for kind, n in flops._asdict().items()) + (flops.output if output_recomputed else 0)
 
 
 def head_layer_weights(hidden: int, sizes) -> list[int]:
@@ -164,7 +169,8 @@ def scoring_flops(config, rows: int, prompt_len: int, candidates: int, action_le
 
 def update_flops(config, passes: SchemePasses, *, head_sizes, next_rows: int, prompt_len: int, critic_kind: str,
                  remat: str, epochs: int, sampler_logprobs: bool = False, behaviour_passes: SchemePasses | None = None,
-                 bootstrap: Pass | None = None, reference_logprobs: bool = False) -> dict[str, int]:
+                 bootstrap: Pass | None = None, reference_logprobs: bool = False,
+                 rowwise_output: bool = False) -> dict[str, int]:
     """Matmul FLOPs of one update's behaviour pass and learner, `{"behaviour": ..., "learner": ...}`.
 
     behaviour = policy forward + critic forward + head(values)
@@ -178,6 +184,7 @@ def update_flops(config, passes: SchemePasses, *, head_sizes, next_rows: int, pr
 
     `behaviour_passes` and `bootstrap` replace the behaviour pass's own where it runs other
     passes than the learner (rows packed by another prefix plan, `core/shared_prefix.py`).
+    `rowwise_output`: the learner's policy pass recomputes its output layer in the backward (one device).
     """
     hidden = config.hidden_size
     bootstrap = Pass(next_rows, prompt_len + 1) if bootstrap is None else bootstrap
@@ -185,11 +192,13 @@ def update_flops(config, passes: SchemePasses, *, head_sizes, next_rows: int, pr
     policy = 0 if sampler_logprobs else pass_flops(config, behaviour_passes.policy).total
     if critic_kind == "none":  # a critic-free method (GRPO, GiGPO): the policy alone
         reference = pass_flops(config, behaviour_passes.policy).total if reference_logprobs else 0
-        return {"behaviour": policy + reference, "learner": epochs * training_flops(config, passes.policy, remat)}
+        return {"behaviour": policy + reference,
+                "learner": epochs * training_flops(config, passes.policy, remat,
+                                                   rowwise_output and passes.policy_rowwise)}
     behaviour = (policy + pass_flops(config, behaviour_passes.critic).total
                  + pass_flops(config, bootstrap).total + head_flops(hidden, head_sizes, passes.values + next_rows))
     lora_critic = critic_kind == "lora"
-    learner = (training_flops(config, passes.policy, remat)
+    learner = (training_flops(config, passes.policy, remat, rowwise_output and passes.policy_rowwise)
                + head_training_flops(hidden, head_sizes, passes.values, features_trained=lora_critic))
     if lora_critic:
         learner += training_flops(config, passes.critic, remat)

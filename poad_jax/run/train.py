@@ -180,7 +180,7 @@ def learn_or_count(config: ml_collections.ConfigDict, built: Built, learner, sta
                                                                        steps, next_prompts)
     fields = {**{k: float(v) for k, v in metrics.items()}, **signal,
               **batch_record(settings, built.method, steps, built.rollout, batch, sampler, sampler_flops,
-                             update_compiles(), plans)}
+                             update_compiles(), plans, rowwise_output=built.graph.constrain is None)}
     return state, fields, seconds
 
 
@@ -381,7 +381,8 @@ def final_update(settings: Run, update: int, env_steps: int, total: int) -> int:
 
 def batch_record(settings: Run, method: Method, steps: list[list[StepRecord]], rconfig,
                  batch: TokenBatch, sampler: Sampler, sampler_flops_before: int,
-                 learner_compiles: int, plans: PrefixPlans | None = None) -> dict[str, int]:
+                 learner_compiles: int, plans: PrefixPlans | None = None,
+                 rowwise_output: bool = False) -> dict[str, int]:
     """An update's batch fields: the actions the token limit cut off (all processes'), the batch's
     prompt and action lengths (and, packed with the common prompt prefix once, the prefix's and the
     learner's packed length), and its cost (`update_cost_record`)."""
@@ -389,7 +390,7 @@ def batch_record(settings: Run, method: Method, steps: list[list[StepRecord]], r
         "batch_prefix_len": plans.learner.prefix_len, "batch_packed_len": plans.learner.packed_len}
     return {**sampling_record(steps, rconfig, sampler, sampler_flops_before),
             "batch_prompt_len": int(batch.prompt_len), "batch_action_len": int(batch.action_len), **packed,
-            **update_cost_record(settings, method, batch, sampler, learner_compiles, plans)}
+            **update_cost_record(settings, method, batch, sampler, learner_compiles, plans, rowwise_output)}
 
 
 def group_signal_record(method: Method, arrays: dict, rollout_length: int) -> dict[str, int]:
@@ -447,7 +448,8 @@ def sampling_record(steps: list[list[StepRecord]], rconfig, sampler: Sampler,
 
 
 def update_cost_record(settings: Run, method: Method, batch: TokenBatch, sampler: Sampler,
-                       learner_compiles: int, plans: PrefixPlans | None = None) -> dict[str, int]:
+                       learner_compiles: int, plans: PrefixPlans | None = None,
+                       rowwise_output: bool = False) -> dict[str, int]:
     """An update's learning cost fields: the learner's compilations so far and the matmul FLOPs
     (`poad_jax.core.flops`) of its behaviour pass and its learner update (the whole batch's), over
     the packed rows where `plans` packed them (the sampler's are `sampling_record`'s)."""
@@ -465,6 +467,6 @@ def update_cost_record(settings: Run, method: Method, batch: TokenBatch, sampler
         prompt_len=batch.prompt_len, critic_kind=settings.critic.kind if method.uses_critic else "none",
         remat=settings.remat, epochs=settings.ppo.epochs,
         sampler_logprobs=settings.rollout.behaviour_logprobs == "sampler", behaviour_passes=behaviour_passes,
-        bootstrap=bootstrap, reference_logprobs=settings.ppo.ref_kl_coef > 0)
+        bootstrap=bootstrap, reference_logprobs=settings.ppo.ref_kl_coef > 0, rowwise_output=rowwise_output)
     return {"compiles_learner": int(learner_compiles),
             "flops_behaviour": counted["behaviour"], "flops_learner": counted["learner"]}
