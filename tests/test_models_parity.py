@@ -24,7 +24,9 @@ from flax import nnx
 
 from poad_jax.models import init_cache, load
 
-pytestmark = [pytest.mark.slow, pytest.mark.long]
+# One worker loads the embedded models (`--dist loadgroup`), these and test_train's real run one at a time: dealt to
+# both workers, each held its own copy (5 GB each).
+pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.xdist_group("embedded_models")]
 
 GREEDY_STEPS = 24
 # How close two logits may be for the choice between them to fall either way on another CPU: each side of the

@@ -212,6 +212,7 @@ def test_a_run_that_does_not_learn_samples_what_a_run_at_actor_lr_zero_samples(t
 
 @pytest.mark.long
 @pytest.mark.slow
+@pytest.mark.xdist_group("embedded_models")  # on the worker that loads the models, one at a time (memory)
 def test_short_real_run_on_embedded_smollm2(tmp_path):
     """A few env steps of the quick DataSciCoding preset: SmolLM2-135M-Instruct on datasci/balance_scale."""
     config = config_lib.load_config_file(REPO / "configs" / "datasci_smollm2.py")
