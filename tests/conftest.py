@@ -61,6 +61,18 @@ def _release_memory_after_each_module():
 
 
 PEAKS = pytest.StashKey[dict]()
+RAISES = pytest.StashKey[list]()  # (GB the test raised its process's peak to, test id): where the peak comes from
+RAISE_REPORTED_GB = 0.5  # a test that raises its worker's peak by less is not named
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    before = _peak_rss_mb(resource.RUSAGE_SELF)
+    result = yield
+    after = _peak_rss_mb(resource.RUSAGE_SELF)
+    if after - before >= RAISE_REPORTED_GB * 1024:
+        item.config.stash[RAISES].append((round(after / 1024, 1), item.nodeid))
+    return result
 
 
 def _peak_rss_mb(who: int) -> float:
@@ -69,27 +81,29 @@ def _peak_rss_mb(who: int) -> float:
 
 def pytest_configure(config):
     config.stash[PEAKS] = {}
+    config.stash[RAISES] = []
 
 
 def pytest_sessionfinish(session):
     output = getattr(session.config, "workeroutput", None)  # set on a pytest-xdist worker
     if output is not None:
         output["peak_rss_mb"] = _peak_rss_mb(resource.RUSAGE_SELF)
-        output["peak_child_rss_mb"] = _peak_rss_mb(resource.RUSAGE_CHILDREN)
+        output["peak_raises"] = session.config.stash[RAISES]
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
     output = getattr(node, "workeroutput", {})
     if "peak_rss_mb" in output:
-        node.config.stash[PEAKS][node.gateway.id] = (output["peak_rss_mb"], output["peak_child_rss_mb"])
+        node.config.stash[PEAKS][node.gateway.id] = output["peak_rss_mb"]
+        node.config.stash[RAISES].extend((gb, f"{node.gateway.id} {test}") for gb, test in output["peak_raises"])
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    peaks = config.stash[PEAKS] or {"this process": (_peak_rss_mb(resource.RUSAGE_SELF),
-                                                      _peak_rss_mb(resource.RUSAGE_CHILDREN))}
-    workers = ", ".join(f"{name} {own / 1024:.1f} GB" for name, (own, _) in sorted(peaks.items()))
-    together = sum(own for own, _ in peaks.values()) / 1024
-    child = max(child for _, child in peaks.values()) / 1024
-    terminalreporter.write_line(f"peak resident memory: {workers}; at most {together:.1f} GB together "
-                                f"(largest subprocess {child:.1f} GB)")
+    peaks = config.stash[PEAKS] or {"this process": _peak_rss_mb(resource.RUSAGE_SELF)}
+    workers = ", ".join(f"{name} {own / 1024:.1f} GB" for name, own in sorted(peaks.items()))
+    together = sum(peaks.values()) / 1024
+    # (ru_maxrss of the subprocesses is not shown: the kernel carries a parent's size across exec into it)
+    terminalreporter.write_line(f"peak resident memory: {workers}; at most {together:.1f} GB together")
+    for gb, test in sorted(config.stash[RAISES], reverse=True)[:5]:
+        terminalreporter.write_line(f"  raised its process's peak to {gb:.1f} GB: {test}")

@@ -169,3 +169,12 @@ def test_the_rowwise_policy_terms_equal_the_whole_batchs_and_so_do_their_gradien
                                rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(jax.jit(lambda h: jax.lax.map(lambda r: model.logits(r[None])[0], h))(hidden),
                                   jax.jit(model.logits)(hidden))
+
+
+def test_the_peak_is_the_processs_own_high_water_mark(tmp_path):
+    """VmHWM from /proc/self/status, not ru_maxrss (which the kernel carries across exec from a large parent)."""
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmPeak:\t 9000000 kB\nVmHWM:\t  2048000 kB\nVmRSS:\t 1024000 kB\n")
+    assert memory.peak_rss_mb(status) == 2000.0
+    import resource
+    assert memory.peak_rss_mb(tmp_path / "missing") == resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pathlib
 import re
+import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -33,3 +35,19 @@ def test_the_first_tier_leaves_out_the_long_tests_and_ci_runs_both():
     assert 'for tier in "" --long; do' in ci and "bash scripts/test.sh $tier" in ci
     marked = [path.name for path in (ROOT / "tests").glob("test_*.py") if "pytest.mark.long" in path.read_text()]
     assert {"test_sharding.py", "test_guide.py", "test_models_parity.py"} <= set(marked)
+
+
+def test_loadgroup_sends_a_groups_tests_to_one_worker(tmp_path):
+    """The mark works with the installed pytest and pytest-xdist (pytest 9 keeps a node's id where xdist 3.8
+    cannot add its group, and every group was dealt to both workers: two model loads, two fixture setups)."""
+    (tmp_path / "test_grouped.py").write_text(
+        "import os\nimport pytest\n\npytestmark = pytest.mark.xdist_group('one')\n\n"
+        + "".join(f"def test_{i}():\n    print('WORKER', os.environ['PYTEST_XDIST_WORKER'])\n\n" for i in range(6)))
+    (tmp_path / "test_free.py").write_text("".join(f"def test_{i}():\n    pass\n\n" for i in range(6)))
+    result = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p",
+                             "no:cacheprovider", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:]
+    workers = {line.split()[0] for line in result.stdout.splitlines() if "test_grouped.py::" in line
+               and "PASSED" in line}
+    assert len(workers) == 1, result.stdout[-2000:]

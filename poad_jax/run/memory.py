@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import resource
 from typing import Any
 
 MIB = 2**20
@@ -208,6 +209,19 @@ LOWERING_SETTINGS = {  # the settings that lower each phase's part, the most eff
     "learner": ("--config.ppo.accumulation_steps (smaller micro-batches)", "--config.remat=full",
                 "--config.num_threads", "--config.sampling.max_new_tokens"),
 }
+
+
+def peak_rss_mb(status: str | pathlib.Path = "/proc/self/status") -> float:
+    """This process's peak resident memory in MiB: Linux's VmHWM, the high-water mark of its own address
+    space.  Not `ru_maxrss` where VmHWM can be read: the kernel carries `ru_maxrss` across `execve`, so a
+    trainer started by a large process (a test worker, a notebook) would report its parent's size."""
+    try:
+        for line in pathlib.Path(status).read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
 def memory_warning(expected: Expected | None, available: int | None) -> str | None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import pathlib
-import resource
 import shutil
 import sys
 import time
@@ -257,7 +256,7 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
                       **step_summary(run_episodes, counters_before), **program_summary(run_episodes, tallies_before),
                       **learned,
                       **{f"seconds_{phase}": value for phase, value in seconds.items()},
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+                      "peak_rss_mb": memory_lib.peak_rss_mb()}
             logger.log(record)
             records.append(record)
             updates_this_call += 1
