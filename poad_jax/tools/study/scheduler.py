@@ -278,13 +278,8 @@ def prepare_workdir(study: Study, workdir: pathlib.Path, cells: list[Cell]) -> N
 
 def this_machine() -> str:
     """The machine in words: cores, CPU model (/proc/cpuinfo) and NVIDIA GPUs (`nvidia-smi`), if any."""
-    cpu = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    words = f"{os.cpu_count()} cores, {cpu}"
+    cpu = hardware.cpu_model_name()
+    words = f"{os.cpu_count()} cores, {cpu if cpu != 'unknown' else 'unknown CPU'}"
     try:
         listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
                                 capture_output=True, text=True, timeout=30)
