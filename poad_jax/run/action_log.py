@@ -10,11 +10,12 @@ its checkpoint, so no env step is logged twice.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import pathlib
 from typing import Any, Iterable, Sequence
+
+from poad_jax.run.logfiles import read_log_text
 
 ACTIONS_FILE = "actions.jsonl"
 TEXT_CHARS = 4000  # an action or info string longer than this is cut (a runaway generation)
@@ -83,13 +84,8 @@ def _update_of(line: str) -> int:
 
 def read_actions(workdir: str | pathlib.Path) -> list[dict]:
     """Every line of a run directory's `actions.jsonl`, or of the `actions.jsonl.gz` a raw snapshot
-    keeps (scripts/snapshot_studies.sh); [] without either."""
-    path = pathlib.Path(workdir) / ACTIONS_FILE
-    packed = path.with_name(ACTIONS_FILE + ".gz")
-    if path.exists():
-        text = path.read_text()
-    elif packed.exists():
-        text = gzip.decompress(packed.read_bytes()).decode("utf-8")
-    else:
+    keeps (`logfiles.read_log_text`); [] without either."""
+    text = read_log_text(pathlib.Path(workdir) / ACTIONS_FILE)
+    if text is None:
         return []
     return [json.loads(line) for line in text.splitlines() if line.strip()]

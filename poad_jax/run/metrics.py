@@ -14,6 +14,8 @@ import pathlib
 import textwrap
 from typing import Any, Iterable
 
+from poad_jax.run.logfiles import packed_path, read_log_text
+
 EPISODE_WINDOW = 10  # episodes in the curves' rolling mean
 CURVES = (
     ("episode_return", "episode return (dashed: discounted, the paper's App. H)"),
@@ -69,13 +71,13 @@ class MetricsLogger:
         """Drops records of updates > `update` (lost with a killed run); returns the rest."""
         records = read_metrics(self.path)
         kept = [r for r in records if r.get("update", 0) <= update]
-        if len(kept) != len(records):
+        if len(kept) != len(records) or not self.path.exists():  # a packed log goes on plain, where `log` appends
             self.replace(kept)
         return kept
 
     def replace(self, records: list[dict[str, Any]]) -> None:
         """Rewrites `metrics.jsonl` to hold exactly `records` (atomically: a kill
-        leaves the old file or the new one)."""
+        leaves the old file or the new one); a gzipped copy beside it goes, the plain file being the log."""
         if not self.write:
             return
         temporary = self.path.with_name(self.path.name + ".tmp")
@@ -84,6 +86,7 @@ class MetricsLogger:
                 f.write(json.dumps(jsonable_record(record)) + "\n")
             f.flush()
         temporary.replace(self.path)
+        packed_path(self.path).unlink(missing_ok=True)
 
     def log(self, record: dict[str, Any]) -> dict[str, Any]:
         """Appends `record`; returns it as stored (JSON types, NaN as null)."""
@@ -107,11 +110,13 @@ class MetricsLogger:
 
 
 def read_metrics(path: str | pathlib.Path) -> list[dict[str, Any]]:
-    path = pathlib.Path(path)
-    if not path.exists():
+    """The records of `metrics.jsonl` at `path`, or of its gzipped copy `path.gz` (a raw snapshot's,
+    `logfiles.read_log_text`); [] without either."""
+    text = read_log_text(path)
+    if text is None:
         return []
     records = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip()
         if line:
             try:

@@ -27,6 +27,7 @@ import ml_collections
 import envs_py
 from poad_jax.run import checkpoint as checkpoint_lib
 from poad_jax.run import config as config_lib
+from poad_jax.run import logfiles
 from poad_jax.run.action_log import ACTIONS_FILE
 from poad_jax.run.best_program import PROGRAM_FILE, RECORD_FILE, write_atomically
 from poad_jax.run.config.errors import TrainError, one_line
@@ -179,9 +180,11 @@ def register_recorded_environment(workdir: pathlib.Path, name: str) -> None:
                          "PYTHONPATH") from None
 
 def clear_stale_outputs(workdir: pathlib.Path) -> None:
-    """Removes a checkpoint-less directory's outputs of another configuration."""
+    """Removes a checkpoint-less directory's outputs of another configuration (logs gzipped as a raw
+    snapshot keeps them too: a prior cell copied from docs/results/raw)."""
     for name in ("metrics.jsonl", RECORD_FILE, PROGRAM_FILE, FINISHED_FILE, "curves.png", ACTIONS_FILE):
         (workdir / name).unlink(missing_ok=True)
+        logfiles.packed_path(workdir / name).unlink(missing_ok=True)
 
 def write_finished_marker(workdir: pathlib.Path, record: dict[str, Any], total: int) -> None:
     """`finished.json`: the run reached `total_env_steps` and its last checkpoint is committed."""
