@@ -206,10 +206,9 @@ def report(gaps: list[StepGap], workdir: pathlib.Path, logged_weight: float | No
 
 def logged_importance_weight(workdir: pathlib.Path) -> float | None:
     """Mean `importance_weight` over the run's last 10 logged updates, or None."""
-    path = workdir / "metrics.jsonl"
-    if not path.exists():
-        return None
-    values = [json.loads(line).get("importance_weight") for line in path.read_text().splitlines() if line.strip()]
+    from poad_jax.run.metrics import read_metrics  # a raw snapshot's metrics.jsonl.gz too
+
+    values = [record.get("importance_weight") for record in read_metrics(workdir / "metrics.jsonl")]
     values = [float(v) for v in values if v is not None][-10:]
     return float(np.mean(values)) if values else None
 

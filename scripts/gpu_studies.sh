@@ -13,7 +13,7 @@
 # defaults to /root/gpu_runs), e.g. `start --study=studies/virtualhome_options.py --workers=11 --seeds=2` or
 # `start --study=studies/virtualhome_preset_ladder.py --workers=5 --seeds=2 --cells=...`; start several
 # studies with one call each. `--prior=STUDY=DIR[,DIR...]` first copies the cells in each DIR (raw snapshots
-# in the tracked tree) into $RUNS/STUDY/cells, where a study reuses the finished ones whose config equals a
+# in the tracked tree, their logs gzipped as stored) into $RUNS/STUDY/cells, where a study reuses the finished ones whose config equals a
 # cell's (study C reusing study B's seeds: `--prior=virtualhome_options=docs/results/raw/h200_2026-11-26/virtualhome_options_seed0,...`);
 # without it the study runs with --no-reuse. `watch` packs every cell's small files (no checkpoints) into
 # $OUT/gpu_runs.tgz; unpack it under runs/studies_gpu/ here and report with
@@ -116,13 +116,14 @@ start() {  # [--prior=STUDY=DIR[,DIR...]]... STUDY_OPTIONS...: one study, every 
 
 progress() {
   python3 - "$RUNS" <<'EOF'
-import json, pathlib, sys
+import pathlib, sys
+from poad_jax.run.metrics import read_metrics  # a prior cell's log, gzipped in docs/results/raw, too
 for study in sorted(pathlib.Path(sys.argv[1]).glob("*/cells")):
     cells = []
     for cell in sorted(study.iterdir()):
-        lines = (cell / "metrics.jsonl").read_text().splitlines() if (cell / "metrics.jsonl").exists() else []
-        last = json.loads(lines[-1]) if lines else {}
-        successes = sum(json.loads(line).get("steps_succeeded", 0) or 0 for line in lines)
+        records = read_metrics(cell / "metrics.jsonl")
+        last = records[-1] if records else {}
+        successes = sum(record.get("steps_succeeded", 0) or 0 for record in records)
         cells.append(f"{cell.name.replace('__seed=', '/')}:{last.get('env_steps', 0)}({successes})")
     print(study.parent.name, " ".join(cells))
 EOF

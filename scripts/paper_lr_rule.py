@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import pathlib
 import re
 import statistics
 import sys
+
+from poad_jax.run.metrics import read_metrics  # a raw snapshot's metrics.jsonl.gz too
 
 KL_BOUND = 0.02
 CELL_NAME = re.compile(r"actor_lr=(?P<rate>[0-9.eE+-]+)__(?P<method>[A-Za-z]+)__seed=(?P<seed>\d+)$")
@@ -60,24 +61,13 @@ def decide(cells: list[CellSummary]) -> tuple[str, float | None]:
     return ("extend", None) if any(within_kl.values()) else ("lower", None)
 
 
-def read_json_lines(path: pathlib.Path) -> list[dict]:
-    records = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
-    return records
-
-
 def read_cells(workdir: pathlib.Path, env_steps: int) -> list[CellSummary]:
     cells = []
     for cell_dir in sorted((workdir / "cells").glob("*")):
         match = CELL_NAME.match(cell_dir.name)
         if match is None:
             continue
-        summary = summarize(read_json_lines(cell_dir / "metrics.jsonl"), float(match["rate"]), match["method"],
+        summary = summarize(read_metrics(cell_dir / "metrics.jsonl"), float(match["rate"]), match["method"],
                             env_steps)
         if summary is not None:
             cells.append(summary)
