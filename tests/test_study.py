@@ -1083,7 +1083,8 @@ def test_a_published_study_still_builds_the_cells_it_ran(snapshot):
 
 def test_the_snapshot_script_copies_a_studys_small_files_to_the_destination_it_is_given(tmp_path):
     """scripts/snapshot_studies.sh RUNS DEST: study.json and each cell's small files (not its checkpoints
-    or logs) land in DEST/<study>/<cell>; a reused cell (a symlink) leaves a REUSED note."""
+    or train logs) land in DEST/<study>/<cell>, its JSON-lines logs gzipped (`tools.rawlogs pack`); a reused
+    cell (a symlink) leaves a REUSED note."""
     runs, dest = tmp_path / "runs", tmp_path / "dest"
     cell = runs / "grid" / "cells" / "POAD__seed=0"
     (cell / "checkpoints" / "3").mkdir(parents=True)
@@ -1098,17 +1099,17 @@ def test_the_snapshot_script_copies_a_studys_small_files_to_the_destination_it_i
     (runs / "other" / "cells" / "NTPO__seed=0" / "metrics.jsonl").write_text("{}")
     (runs / "grid" / "cells" / "NTPO__seed=0").symlink_to(runs / "other" / "cells" / "NTPO__seed=0")
     done = subprocess.run(["bash", str(REPO / "scripts" / "snapshot_studies.sh"), str(runs), str(dest)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHON": sys.executable})
     assert done.returncode == 0, done.stderr
     copied = dest / "grid" / "POAD__seed=0"
     assert sorted(p.name for p in copied.iterdir()) == ["actions.jsonl.gz", "behaviour_gap.md",
                                                         "behaviour_gap_steps.jsonl.gz", "cell.json", "config.json",
                                                         "evaluation.txt", "evaluation_token.txt", "finished.json",
-                                                        "metrics.jsonl"]
+                                                        "metrics.jsonl.gz"]
     assert action_log.read_actions(copied) == [{"update": 1, "env_step": 1, "action": "walk"}]  # read back, gzipped
     assert gzip.decompress((copied / "behaviour_gap_steps.jsonl.gz").read_bytes()) == \
         (cell / "behaviour_gap_steps.jsonl").read_bytes()
-    assert (copied / "metrics.jsonl").read_text() == "metrics.jsonl"
+    assert gzip.decompress((copied / "metrics.jsonl.gz").read_bytes()) == b"metrics.jsonl"
     assert (dest / "grid" / "study.json").read_text() == '{"identity": "grid"}'
     assert (dest / "grid" / "NTPO__seed=0" / "REUSED").read_text().startswith("reused: ")
     assert not (dest / "other").exists()  # no study.json: not a study
@@ -1127,11 +1128,15 @@ def test_the_gpu_script_reports_each_cells_env_steps_and_successes_and_packs_the
                                                             "steps_succeeded": k}) + "\n"
                                                 for u, k in ((1, 0), (2, 2), (3, 1))))
     (runs / "grid" / "cells" / "NTPO__seed=0").mkdir()
+    prior = runs / "grid" / "cells" / "TWOSOME__seed=0"  # a prior cell from docs/results/raw: its log gzipped
+    prior.mkdir()
+    (prior / "metrics.jsonl.gz").write_bytes(gzip.compress(
+        b"".join(json.dumps({"update": u, "env_steps": 128 * u, "steps_succeeded": 1}).encode() + b"\n" for u in (1, 2))))
     done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_studies.sh"), "watch", "0"],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "RUNS": str(runs), "OUT": str(out)})
     assert done.returncode == 0, done.stderr
-    assert "grid NTPO/0:0(0) POAD/1:384(3)" in done.stdout
+    assert "grid NTPO/0:0(0) POAD/1:384(3) TWOSOME/0:256(2)" in done.stdout
     import tarfile
     with tarfile.open(out / "gpu_runs.tgz") as packed:
         names = packed.getnames()
