@@ -218,6 +218,47 @@ def test_one_table_of_resumable_fields():
     assert same_numbers == {"total_env_steps", "max_nonfinite_updates", "tensorboard", "plot", "log_actions"}
 
 
+# The table as it was written by hand in run/config/resumable.py before each declaration said it (issue 80).
+RESUMABLE_BEFORE_ISSUE_80 = {
+    "total_env_steps": "length", "max_nonfinite_updates": "length", "tensorboard": "outputs", "plot": "outputs",
+    "log_actions": "outputs", "checkpoint_every": "checkpoints", "keep_checkpoints": "checkpoints", "name": "label",
+    "env.vector_mode": "speed", "remat": "speed", "share_prompt": "speed", "prefix_packing": "speed",
+    "sampling.share_prompts": "speed", "prompt_bucket_step": "speed", "mesh": "layout", "distributed": "layout",
+}
+
+
+def test_the_resumable_fields_are_derived_from_the_declarations_as_the_table_was():
+    """Each resumable setting says so in its declaration (`resumable=`); the derived table has the hand-written
+    table's entries, no more, no fewer."""
+    assert config_lib.RESUMABLE_FIELDS == RESUMABLE_BEFORE_ISSUE_80
+
+
+def test_declaring_a_setting_resumable_is_all_it_takes():
+    """`resumable=` on a setting (or a section) puts it in the derived table under its dotted name, wherever the
+    declaring class sits in the tree (a section, an inline class); without it a field is not resumable; an
+    unknown kind is refused where it is declared."""
+    from poad_jax import declare
+
+    @dataclasses.dataclass(frozen=True)
+    class Inner:
+        fast: bool = declare.setting(True, "a faster way to the same numbers", resumable="speed")
+        exact: float = declare.setting(1.0, "a number the checkpoints depend on")
+
+    @dataclasses.dataclass(frozen=True)
+    class Spliced:
+        steps: int = declare.setting(1, "how long", resumable="length")
+
+    @dataclasses.dataclass(frozen=True)
+    class Outer:
+        inner: Inner = declare.section(Inner, "a section")
+        devices: Inner = declare.section(Inner, "a whole section", resumable="layout")
+        spliced: Spliced = declare.inline(Spliced, "settings at the top level")
+
+    assert declare.resumable_settings(Outer) == {"inner.fast": "speed", "devices": "layout", "steps": "length"}
+    with pytest.raises(ValueError, match="resumable must be one of length, outputs"):
+        declare.setting(0, "a setting", resumable="fast")
+
+
 
 def test_the_resume_paragraph_names_every_resumable_field():
     """docs/configuration.md's paragraph on what a re-run may change names each of `RESUMABLE_FIELDS`

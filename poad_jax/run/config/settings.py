@@ -81,7 +81,8 @@ class Env:
                         OneOf(_environments, noun="environment"))
     kwargs: dict = setting({}, "the environment's own keyword arguments")
     vector_mode: Literal["inline", "threads", "processes"] = setting(
-        "inline", "how the rollout threads' environments step: in this process, threads or processes")
+        "inline", "how the rollout threads' environments step: in this process, threads or processes",
+        resumable="speed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +134,8 @@ class Distributed:
 class Run:
     """The whole training config: the top-level settings and the sections, in `config.json`'s order."""
 
-    name: str = setting("default", "the run's label (the default run directory's name starts with it)")
+    name: str = setting("default", "the run's label (the default run directory's name starts with it)",
+                        resumable="label")
     method: str = setting("poad", "poad | ntpo | twosome | grpo | gigpo (`agent.methods.METHODS`)",
                           OneOf(_methods, noun="method"))
     preset: str = setting(
@@ -143,10 +145,11 @@ class Run:
                              Check(lambda v: v < 0 or 0 < v <= 1, "in (0, 1], or negative for the method's default"))
     share_prompt: bool = setting(
         True, "TWOSOME: encode each state's prompt once and score every candidate as its continuation (exact); "
-        "False runs the whole prompt per candidate")
+        "False runs the whole prompt per candidate", resumable="speed")
     prefix_packing: bool = setting(
         False, "poad/ntpo: the behaviour pass and the learner run the rows packed with their common prompt "
-        "prefix once and no padding (the same numbers to float rounding, `core/shared_prefix.py`); one device")
+        "prefix once and no padding (the same numbers to float rounding, `core/shared_prefix.py`); one device",
+        resumable="speed")
     seed: int = setting(0, "the seed every random stream of the run derives from")
     model: str = setting("smollm2-135m-instruct", "a model name (smollm2-135m-instruct, "
                          "qwen2.5-coder-0.5b-instruct, tiny-random), a Hugging Face directory or a .gguf file")
@@ -155,11 +158,11 @@ class Run:
         "float32", "matmul operands: float32 (exact), bfloat16 (float32 accumulation; faster only where the "
         "machine multiplies bfloat16 natively), or auto (bfloat16 where it does, `run/hardware.py`)")
     remat: str = setting("full", "what the layer scan keeps for backward: full | dots | none",
-                         OneOf(_remat_policies))
+                         OneOf(_remat_policies), resumable="speed")
     lora: LoraConfig = section(LoraConfig, "the actor's adapters (models/config.py)")
     env: Env = section(Env, "the environment")
     rollout: RolloutConfig = inline(RolloutConfig, "how rollouts are collected (agent/rollout_config.py)")
-    total_env_steps: int = setting(6_000, "env steps the run trains for", at_least(1))
+    total_env_steps: int = setting(6_000, "env steps the run trains for", at_least(1), resumable="length")
     learn: bool = setting(
         True, "False: the run samples and steps its envs as training does but never updates, so every action "
         "is the initial policy's (a baseline to set a trained run beside; no behaviour pass, no learner)")
@@ -167,25 +170,27 @@ class Run:
         layout.PROMPT_BUCKET_STEP, "prompts pad to the next multiple of it up to 256, then to a coarse ladder "
         "(core/layout.py); 0: the powers of two 32 to 256",
         Check(layout.is_prompt_bucket_step, f"0 or a divisor of {layout.FINE_PROMPT_LIMIT}",
-              "prompts pad to a multiple of it; 0: powers of two"))
+              "prompts pad to a multiple of it; 0: powers of two"), resumable="speed")
     sampling: SamplingConfig = section(SamplingConfig, "how actions are decoded (sampling/config.py)")
     ppo: LearnerConfig = section(LearnerConfig, "the learner's hyper-parameters (agent/learner_config.py)")
     group: GroupConfig = section(GroupConfig, "grpo and gigpo's groups (core/group_advantages.py)")
     critic: Critic = section(Critic, "the critic")
-    mesh: Mesh = section(Mesh, "the devices")
-    distributed: Distributed = section(Distributed, "several processes")
-    checkpoint_every: int = setting(1, "updates between checkpoints", at_least(1, "updates between checkpoints"))
+    mesh: Mesh = section(Mesh, "the devices", resumable="layout")
+    distributed: Distributed = section(Distributed, "several processes", resumable="layout")
+    checkpoint_every: int = setting(1, "updates between checkpoints", at_least(1, "updates between checkpoints"),
+                                    resumable="checkpoints")
     keep_checkpoints: int = setting(
         2, "the newest checkpoints kept",
-        at_least(1, "a run without a checkpoint can be neither resumed nor exported"))
+        at_least(1, "a run without a checkpoint can be neither resumed nor exported"), resumable="checkpoints")
     max_nonfinite_updates: int = setting(
         3, "the run stops after this many updates in a row with minibatch steps whose loss or gradient was not "
         "finite (each such step is skipped; the checkpoints stay finite)",
-        at_least(1, "updates in a row with skipped non-finite steps before the run stops"))
-    tensorboard: bool = setting(True, "write TensorBoard event files")
-    plot: bool = setting(True, "plot the learning curves at the end")
+        at_least(1, "updates in a row with skipped non-finite steps before the run stops"), resumable="length")
+    tensorboard: bool = setting(True, "write TensorBoard event files", resumable="outputs")
+    plot: bool = setting(True, "plot the learning curves at the end", resumable="outputs")
     log_actions: bool = setting(
-        False, "write every env step's action text, reward and env info to actions.jsonl (e.g. the programs)")
+        False, "write every env step's action text, reward and env info to actions.jsonl (e.g. the programs)",
+        resumable="outputs")
 
 
 def as_config_dict(cls: type) -> ml_collections.ConfigDict:
