@@ -80,6 +80,18 @@ def test_the_rollouts_group_size_follows_the_method_and_group_size(method, size,
     assert config_lib.rollout_config(config).group_size == expected
 
 
+@pytest.mark.parametrize("size, expected", [(0, 4), (2, 2)])
+def test_the_group_method_holds_the_declared_group_settings_and_one_group_size(size, expected):
+    """The group method runs on `config.group` as it is (no field copied, no default of its own), and its
+    group size is the rollouts' (one rule, `GroupConfig.group_size`: 0 groups every thread)."""
+    config = config_lib.default_config()
+    config.method, config.group.size, config.group.omega, config.ppo.gamma = "gigpo", size, 0.5, 0.9
+    run = config_lib.typed(config)
+    group = build.build_method(config).group
+    assert group.config == run.group and (group.kind, group.gamma) == ("gigpo", 0.9)
+    assert group.size == run.rollout.group_size == expected
+
+
 def test_the_library_runs_on_the_declarations_so_no_default_competes():
     """The config's defaults are the library objects' own: the learner's, the sampler's and the
     rollouts' classes are the declarations the config is made from, and one built with no arguments

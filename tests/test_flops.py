@@ -25,6 +25,7 @@ from poad_jax.core import flops
 from poad_jax.run.config import learner_config, rollout_config
 from poad_jax.agent.learner import build_update, init_train_state
 from poad_jax.agent.methods import GroupRelative, make_method
+from poad_jax.core.group_advantages import GroupConfig
 from poad_jax.models.config import LlamaConfig, LoraConfig
 from poad_jax.models.decode import init_cache, unstack_weights
 from poad_jax.models.tiny import tiny_random_model
@@ -189,7 +190,7 @@ def test_an_updates_behaviour_pass_and_learner_are_the_traced_counts(method_name
 @pytest.mark.parametrize("reference", [False, True], ids=["no-kl", "kl-to-base"])
 def test_a_critic_free_updates_passes_are_the_traced_counts(reference):
     model, _, (graph, frozen, params) = model_and_policy()
-    method = make_method("grpo", 0.95, group=GroupRelative("grpo", 2))
+    method = make_method("grpo", 0.95, group=GroupRelative("grpo", GroupConfig(size=2), 2, 0.95))
     steps, next_prompts = records("poad")
     arrays, next_arrays = pack_batch(steps, next_prompts, method,
                                      rollout_config(num_threads=2, rollout_length=2, group_size=2), 0)

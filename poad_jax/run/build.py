@@ -104,9 +104,7 @@ def build_method(config: ml_collections.ConfigDict) -> Method:
     scored = run.rollout.restricted_sampling == "action_scores"
     offered_entropy = run.ppo.entropy_scope == "offered"
     corrected = run.ppo.behaviour_correction == "importance"
-    block = run.group
-    group = GroupRelative(run.method, run.rollout.group_size, block.mode, block.epsilon, block.omega,
-                          block.similarity, run.ppo.gamma)
+    group = GroupRelative(run.method, run.group, run.rollout.num_threads, run.ppo.gamma)
     return make_method(run.method, run.ppo.gamma, gamma_w, share_prompt=run.share_prompt,
                        offered_continuations=scored and (offered_entropy or corrected),
                        vocabulary_logprobs=scored and offered_entropy and not corrected,
