@@ -92,6 +92,29 @@ def test_the_group_method_holds_the_declared_group_settings_and_one_group_size(s
     assert group.size == run.rollout.group_size == expected
 
 
+def test_the_value_head_is_built_from_the_declared_critic_settings():
+    """`config.critic` is `CriticConfig` (core/critic_config.py), which the value head takes as it is: its
+    widths, biases and init; a bad init is refused by the declaration's check, as in a config."""
+    from flax import nnx
+
+    from poad_jax.core.critic_config import CriticConfig
+    from poad_jax.core.policy import ValueHead
+    from poad_jax.declare import SettingError
+    from poad_jax.models.tiny import tiny_random_model
+
+    config = config_lib.default_config()
+    config.critic.hidden_sizes, config.critic.bias, config.critic.init = [8, 4], False, "torch"
+    assert config_lib.typed(config).critic == CriticConfig(hidden_sizes=(8, 4), bias=False, init="torch")
+    model, _ = tiny_random_model(seed=0)
+    head = build.build_value_head(model, config, 0)
+    shapes = [layer.kernel[...].shape for layer in [*head.hidden_layers, head.out]]
+    assert shapes == [(model.config.hidden_size, 8), (8, 4), (4, 1)]
+    assert all(layer.bias is None for layer in [*head.hidden_layers, head.out])
+    assert len(ValueHead(16, CriticConfig(), rngs=nnx.Rngs(0)).hidden_layers) == len(CriticConfig().hidden_sizes)
+    with pytest.raises(SettingError, match="init must be one of zero_output, torch"):
+        CriticConfig(init="xavier")
+
+
 def test_the_library_runs_on_the_declarations_so_no_default_competes():
     """The config's defaults are the library objects' own: the learner's, the sampler's and the
     rollouts' classes are the declarations the config is made from, and one built with no arguments

@@ -29,6 +29,7 @@ from poad_jax.core.group_advantages import GroupConfig
 from poad_jax.models.config import LlamaConfig, LoraConfig
 from poad_jax.models.decode import init_cache, unstack_weights
 from poad_jax.models.tiny import tiny_random_model
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.core.policy import PackedRows, ValueHead, action_logprobs, split_policy
 from poad_jax.agent.rollout import StepRecord
 from poad_jax.agent.experience import behaviour_statistics, make_token_batch, pack_batch
@@ -70,7 +71,7 @@ def traced_flops(fn, *args, skip_size: int | None = RANK) -> int:
 
 def model_and_policy(remat="full", lora=True):
     model, tokenizer = tiny_random_model(lora=LoraConfig(rank=RANK) if lora else None, remat=remat)
-    head = ValueHead(model.config.hidden_size, HEAD, rngs=nnx.Rngs(1))
+    head = ValueHead(model.config.hidden_size, CriticConfig(hidden_sizes=HEAD), rngs=nnx.Rngs(1))
     return model, tokenizer, split_policy(model, head)
 
 

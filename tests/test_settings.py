@@ -1,7 +1,7 @@
 """Every setting is declared once, beside the code that reads it: its default, type, one-line meaning
 and check sit in one dataclass field of the layer's own object (`LearnerConfig` for `config.ppo`,
 `SamplingConfig` for `config.sampling`, `RolloutConfig` for the rollouts' top-level fields,
-`GroupConfig` for `config.group`; the run's own in `run/config/settings.py`), and the command-line
+`GroupConfig` for `config.group`, `CriticConfig` for `config.critic`; the run's own in `run/config/settings.py`), and the command-line
 config, its checks and the typed objects the library runs on all derive from those declarations."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 from poad_jax import declare
 from poad_jax.agent.learner import LearnerConfig
 from poad_jax.agent.rollout import RolloutConfig
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.core.group_advantages import GroupConfig
 from poad_jax.models.config import LoraConfig
 from poad_jax.run import config as config_lib
@@ -123,11 +124,11 @@ def test_the_generated_defaults_are_the_ones_before_the_declarations():
 
 @pytest.mark.parametrize("section, declaring", [
     ("ppo", LearnerConfig), ("sampling", SamplingConfig), ("group", GroupConfig), ("lora", LoraConfig),
-    ("", RolloutConfig)])
+    ("critic", CriticConfig), ("", RolloutConfig)])
 def test_each_layer_declares_the_settings_it_reads_and_the_config_composes_them(section, declaring):
-    """The learner, the sampler, the group methods, the adapters and the rollouts each run on the class that declares
-    their settings; the command-line config has its settings where the run's tree places it (a section,
-    or the top level for the inline rollouts), and `typed` gives back that same class."""
+    """The learner, the sampler, the group methods, the adapters, the critic and the rollouts each run on the class
+    that declares their settings; the command-line config has its settings where the run's tree places it (a
+    section, or the top level for the inline rollouts), and `typed` gives back that same class."""
     placed = {leaf.dotted: leaf.owner for leaf in declare.declared_leaves(settings.Run)}
     own = [leaf.dotted for leaf in declare.declared_leaves(declaring)]
     assert own, declaring

@@ -133,9 +133,7 @@ def load_model(config: ml_collections.ConfigDict):
 
 def build_value_head(model, config: ml_collections.ConfigDict, seed: int) -> ValueHead:
     """The critic head `config.critic` describes."""
-    critic = config_lib.typed(config).critic
-    return ValueHead(model.config.hidden_size, critic.hidden_sizes, bias=critic.bias, init=critic.init,
-                     rngs=nnx.Rngs(seed))
+    return ValueHead(model.config.hidden_size, config_lib.typed(config).critic, rngs=nnx.Rngs(seed))
 
 
 def fresh_critic_lora(model, key: jax.Array):

@@ -4,10 +4,11 @@ Each setting is declared once, beside the code that reads it, in the object
 that code runs on (`poad_jax/declare.py` says how): `config.ppo` is
 `agent.learner_config.LearnerConfig`, `config.sampling`
 `sampling.config.SamplingConfig`, `config.group`
-`core.group_advantages.GroupConfig`, `config.lora` `models.config.LoraConfig`, and the rollouts' top-level fields
+`core.group_advantages.GroupConfig`, `config.critic` `core.critic_config.CriticConfig`, `config.lora`
+`models.config.LoraConfig`, and the rollouts' top-level fields
 `agent.rollout_config.RolloutConfig` (spliced in with `inline`).  The settings
 only the run reads are declared here (`Run`'s own fields and the sections
-`Env`, `Critic`, `Mesh`, `Distributed`).  `default_config()`, the
+`Env`, `Mesh`, `Distributed`).  `default_config()`, the
 checks `validate` runs and `typed(config)` are derived from this tree.  A mode
 string is a `Literal[...]` type: its values are its check.
 
@@ -30,9 +31,10 @@ from typing import Literal
 
 import ml_collections
 
-from poad_jax.agent.learner_config import CriticKind, LearnerConfig
+from poad_jax.agent.learner_config import LearnerConfig
 from poad_jax.agent.rollout_config import RolloutConfig
 from poad_jax.core import layout  # NumPy only
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.core.group_advantages import GroupConfig
 from poad_jax.declare import (INLINE, SECTION, Check, OneOf, above, at_least, default_of, inline, is_setting,
                               section, setting, within)
@@ -83,21 +85,6 @@ class Env:
     vector_mode: Literal["inline", "threads", "processes"] = setting(
         "inline", "how the rollout threads' environments step: in this process, threads or processes",
         resumable="speed")
-
-
-@dataclasses.dataclass(frozen=True)
-class Critic:
-    """The critic (`config.critic`)."""
-
-    kind: CriticKind = setting(
-        "head", "an MLP head on the frozen base's features, or a second adapter")
-    hidden_sizes: tuple[int, ...] = setting((1024, 512), "the head's hidden layer widths",
-                                            Check(lambda v: all(int(h) >= 1 for h in v), "positive layer widths"))
-    target_update_every: int = setting(0, "hard-copy a target critic every K updates",
-                                       at_least(0, "0 turns the target critic off"))
-    bias: bool = setting(True, "the head's layers have biases (the authors' head has none, docs/adrl_parity.md)")
-    init: Literal["zero_output", "torch"] = setting(
-        "zero_output", "a zero output layer (V = 0 at the start), or PyTorch's default random init (the authors')")
 
 
 _AXIS = Check(lambda v: isinstance(v, int) and (v >= 1 or v == -1), "a positive integer or -1",
@@ -174,7 +161,7 @@ class Run:
     sampling: SamplingConfig = section(SamplingConfig, "how actions are decoded (sampling/config.py)")
     ppo: LearnerConfig = section(LearnerConfig, "the learner's hyper-parameters (agent/learner_config.py)")
     group: GroupConfig = section(GroupConfig, "grpo and gigpo's groups (core/group_advantages.py)")
-    critic: Critic = section(Critic, "the critic")
+    critic: CriticConfig = section(CriticConfig, "the critic (core/critic_config.py)")
     mesh: Mesh = section(Mesh, "the devices", resumable="layout")
     distributed: Distributed = section(Distributed, "several processes", resumable="layout")
     checkpoint_every: int = setting(1, "updates between checkpoints", at_least(1, "updates between checkpoints"),
