@@ -220,6 +220,24 @@ def test_one_method_builder_honours_gamma_w_and_share_prompt():
     assert build.build_method(config_lib.completed(ml_collections.ConfigDict(stored))).share_prompt is True
 
 
+def test_the_methods_read_their_settings_as_declared_beside_them():
+    """`gamma_w` and `share_prompt` are `agent/method_config.py:MethodConfig`'s, at the config's top level:
+    `make_method` reads a negative `gamma_w` as the method's default and defaults `share_prompt` to the
+    declared one; the typed run answers to the config's names."""
+    from poad_jax.agent.method_config import MethodConfig
+    from poad_jax.agent.methods import make_method
+
+    declared = MethodConfig()
+    assert make_method("ntpo", 0.9, declared.gamma_w).gamma_w == 0.9
+    assert make_method("twosome", 0.9, declared.gamma_w).gamma_w == 1.0
+    assert make_method("twosome", 0.9).share_prompt is declared.share_prompt is True
+    config = config_lib.default_config()
+    config.gamma_w, config.share_prompt = 0.5, False
+    run = config_lib.typed(config)
+    assert run.scheme == MethodConfig(gamma_w=0.5, share_prompt=False)
+    assert (run.gamma_w, run.share_prompt) == (0.5, False)
+
+
 def test_evaluation_acts_with_the_method_the_run_trained(tmp_path, monkeypatch):
     """evaluate builds the method as the trainer does (it used to drop `gamma_w` and `share_prompt`)."""
     from poad_jax.models.tiny import tiny_random_model

@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from poad_jax.agent.method_config import MethodConfig
 from poad_jax.core import gae, group_advantages
 from poad_jax.core.flops import Pass, SchemePasses, shared_prompt_pass
 from poad_jax.core.layout import COUNT_BUCKETS, allowed_next_tokens, bucket_size
@@ -165,8 +166,8 @@ class ActionLevel:
         row (False, the reference computation; K times the prompt's cost).
     """
 
-    gamma_w: float = 1.0
-    share_prompt: bool = True
+    gamma_w: float
+    share_prompt: bool
     token_level = False
     scores_candidates = True  # acts by scoring every valid action (needs a restricted action set)
 
@@ -345,15 +346,17 @@ class Method:
         return self.scheme.share_prompt
 
 
-def make_method(name: str, gamma: float, gamma_w: float | None = None, share_prompt: bool = True,
-                offered_continuations: bool = False, vocabulary_logprobs: bool = False,
-                group: GroupRelative | None = None) -> Method:
-    """The method `name`; `gamma_w` overrides NTPO's intra-action discount (default gamma)
-    and TWOSOME's per-token discount of an action (default 1; POAD's is always 1).
-    `share_prompt=False` gives TWOSOME's per-candidate computation (`ActionLevel`);
+def make_method(name: str, gamma: float, gamma_w: float | None = None,
+                share_prompt: bool = MethodConfig.share_prompt, offered_continuations: bool = False,
+                vocabulary_logprobs: bool = False, group: GroupRelative | None = None) -> Method:
+    """The method `name`; `gamma_w` (`MethodConfig.gamma_w`) overrides NTPO's intra-action discount
+    (None or negative: gamma) and TWOSOME's per-token discount of an action (None or negative: 1;
+    POAD's is always 1).  `share_prompt` (`MethodConfig.share_prompt`; default the declared one):
+    False gives TWOSOME's per-candidate computation (`ActionLevel`);
     `offered_continuations` and `vocabulary_logprobs` are POAD's and NTPO's (`TokenLevel`);
     `group` GRPO's and GiGPO's groups (required for them; their kind set from `name`)."""
     token_options = dict(offered_continuations=offered_continuations, vocabulary_logprobs=vocabulary_logprobs)
+    gamma_w = None if gamma_w is not None and gamma_w < 0 else gamma_w
     if name in GROUP_METHODS:
         if group is None:
             raise ValueError(f"{name} needs its groups: make_method(..., group=GroupRelative(...))")

@@ -100,12 +100,11 @@ def build_method(config: ml_collections.ConfigDict) -> Method:
     (`ppo.behaviour_correction="importance"`) are over them; with the entropy only, the
     log-probs stay the full vocabulary's (the paper code's optimisation)."""
     run = config_lib.typed(config)
-    gamma_w = run.gamma_w if run.gamma_w >= 0 else None
     scored = run.rollout.restricted_sampling == "action_scores"
     offered_entropy = run.ppo.entropy_scope == "offered"
     corrected = run.ppo.behaviour_correction == "importance"
     group = GroupRelative(run.method, run.group, run.rollout.num_threads, run.ppo.gamma)
-    return make_method(run.method, run.ppo.gamma, gamma_w, share_prompt=run.share_prompt,
+    return make_method(run.method, run.ppo.gamma, run.scheme.gamma_w, share_prompt=run.scheme.share_prompt,
                        offered_continuations=scored and (offered_entropy or corrected),
                        vocabulary_logprobs=scored and offered_entropy and not corrected,
                        group=group if run.method in GROUP_METHODS else None)

@@ -5,8 +5,9 @@ that code runs on (`poad_jax/declare.py` says how): `config.ppo` is
 `agent.learner_config.LearnerConfig`, `config.sampling`
 `sampling.config.SamplingConfig`, `config.group`
 `core.group_advantages.GroupConfig`, `config.critic` `core.critic_config.CriticConfig`, `config.lora`
-`models.config.LoraConfig`, and the rollouts' top-level fields
-`agent.rollout_config.RolloutConfig` (spliced in with `inline`).  The settings
+`models.config.LoraConfig`, and the top-level fields of the rollouts,
+`agent.rollout_config.RolloutConfig`, and of the credit schemes (`gamma_w`,
+`share_prompt`), `agent.method_config.MethodConfig` (both spliced in with `inline`).  The settings
 only the run reads are declared here (`Run`'s own fields and the sections
 `Env`, `Mesh`, `Distributed`).  `default_config()`, the
 checks `validate` runs and `typed(config)` are derived from this tree.  A mode
@@ -32,6 +33,7 @@ from typing import Literal
 import ml_collections
 
 from poad_jax.agent.learner_config import LearnerConfig
+from poad_jax.agent.method_config import MethodConfig
 from poad_jax.agent.rollout_config import RolloutConfig
 from poad_jax.core import layout  # NumPy only
 from poad_jax.core.critic_config import CriticConfig
@@ -128,11 +130,7 @@ class Run:
     preset: str = setting(
         "", "the method a config file's per-method settings are for (\"<file>:<method>\"; validation refuses "
         "a --config.method that differs); '' for none")
-    gamma_w: float = setting(-1.0, "NTPO's intra-action discount; negative: gamma (NTPO) / 1 (POAD, TWOSOME)",
-                             Check(lambda v: v < 0 or 0 < v <= 1, "in (0, 1], or negative for the method's default"))
-    share_prompt: bool = setting(
-        True, "TWOSOME: encode each state's prompt once and score every candidate as its continuation (exact); "
-        "False runs the whole prompt per candidate", resumable="speed")
+    scheme: MethodConfig = inline(MethodConfig, "the credit schemes' settings (agent/method_config.py)")
     prefix_packing: bool = setting(
         False, "poad/ntpo: the behaviour pass and the learner run the rows packed with their common prompt "
         "prefix once and no padding (the same numbers to float rounding, `core/shared_prefix.py`); one device",
@@ -178,6 +176,16 @@ class Run:
     log_actions: bool = setting(
         False, "write every env step's action text, reward and env info to actions.jsonl (e.g. the programs)",
         resumable="outputs")
+
+    @property
+    def gamma_w(self) -> float:
+        """`config.gamma_w`, by the name the config gives it (declared in `scheme`, `MethodConfig`)."""
+        return self.scheme.gamma_w
+
+    @property
+    def share_prompt(self) -> bool:
+        """`config.share_prompt`, by the name the config gives it (declared in `scheme`, `MethodConfig`)."""
+        return self.scheme.share_prompt
 
 
 def as_config_dict(cls: type) -> ml_collections.ConfigDict:
