@@ -203,6 +203,17 @@ def test_the_trainer_runs_on_the_converted_config(tmp_path, monkeypatch):
     assert seen["method"].share_prompt is True
 
 
+def test_the_model_is_loaded_with_the_configs_lora_as_it_is(monkeypatch):
+    """`load_model` hands the model `typed(config).lora` (every field of `LoraConfig`, none rebuilt)."""
+    config = config_lib.default_config()
+    config.model, config.lora.rank, config.lora.alpha, config.lora.targets = "tiny-random", 4, 2, ["q_proj"]
+    seen = {}
+    monkeypatch.setattr(build, "tiny_random_model", lambda **options: seen.update(options))
+    build.load_model(config)
+    assert seen["lora"] == config_lib.typed(config).lora
+    assert (seen["lora"].rank, seen["lora"].alpha, seen["lora"].targets) == (4, 2.0, ("q_proj",))
+
+
 def test_one_method_builder_honours_gamma_w_and_share_prompt():
     """`build.build_method` is the one way from a config to its method: NTPO's and TWOSOME's
     `gamma_w` (negative: the method's default) and TWOSOME's `share_prompt`; a run directory's

@@ -113,8 +113,7 @@ def build_method(config: ml_collections.ConfigDict) -> Method:
 def load_model(config: ml_collections.ConfigDict):
     """(model, tokenizer) for `config.model`, with the configured LoRA and dtypes."""
     run = config_lib.typed(config)
-    lora = LoraConfig(rank=run.lora.rank, alpha=run.lora.alpha, targets=run.lora.targets)
-    dtype = jax_dtype(run.dtype)
+    lora, dtype = run.lora, jax_dtype(run.dtype)
     options = dict(matmul_dtype=matmul_dtype(run.matmul_dtype), remat=run.remat)
     if run.model == "tiny-random":
         return tiny_random_model(seed=run.seed, lora=lora, dtype=dtype, **options)
