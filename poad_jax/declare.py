@@ -4,8 +4,10 @@ Each layer declares the settings it reads in the dataclass it runs on, beside
 the code that reads them: the learner's in `agent.learner_config.LearnerConfig`
 (`config.ppo`), the sampler's in `sampling.config.SamplingConfig`
 (`config.sampling`), the rollouts' in `agent.rollout_config.RolloutConfig`
+(top-level fields), the credit schemes' in `agent.method_config.MethodConfig`
 (top-level fields), the group methods' in `core.group_advantages.GroupConfig`
-(`config.group`); the run's own in `run.config.settings`.  A field is
+(`config.group`), the critic's in `core.critic_config.CriticConfig`
+(`config.critic`); the run's own in `run.config.settings`.  A field is
 
 - `setting(default, meaning, check)`: a setting of the command-line config;
 - `section(Cls, meaning)`: a sub-section (`config.ppo`), declared by `Cls`;
