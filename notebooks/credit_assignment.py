@@ -475,7 +475,7 @@ def prompt_tokens(step: int) -> list[int]:
 MODEL, _ = build.load_model(CONFIG)  # same seed, same frozen base as the runs
 GRAPH, FROZEN, PARAMS = split_policy(
     MODEL, ValueHead(MODEL.config.hidden_size, CriticConfig(hidden_sizes=CONFIG.critic.hidden_sizes),
-              rngs=nnx.Rngs(CONFIG.seed + 1))
+                     rngs=nnx.Rngs(CONFIG.seed + 1))
 )
 PROMPTS = [prompt_tokens(step) for step in range(STEPS)]
 PROMPT_LEN = max(len(p) for p in PROMPTS)
@@ -543,7 +543,7 @@ def fit_critic(name: str, policy: np.ndarray, steps: int = 400, learning_rate: f
     valid = jnp.ones(streams["rewards"].shape, bool)
     episode_over = jnp.zeros(len(EPISODES))  # every stream ends with done: nothing to bootstrap
     head = ValueHead(MODEL.config.hidden_size, CriticConfig(hidden_sizes=CONFIG.critic.hidden_sizes),
-              rngs=nnx.Rngs(CONFIG.seed + 1))
+                     rngs=nnx.Rngs(CONFIG.seed + 1))
     head_graph, head_state = nnx.split(head)
     optimizer = optax.adam(learning_rate)
 
