@@ -13,14 +13,12 @@ No JAX: a config file loads without it.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from typing import Literal
 
 from poad_jax.declare import Check, at_least, hold_to_declarations, setting
 
 CriticKind = Literal["head", "lora"]
 HeadInit = Literal["zero_output", "torch"]
-HEAD_INITS: tuple[str, ...] = typing.get_args(HeadInit)
 
 
 @dataclasses.dataclass(frozen=True)

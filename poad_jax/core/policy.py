@@ -1,7 +1,7 @@
 """Actor and critic over one frozen base model.
 
 - Actor: the frozen base plus the actor's LoRA adapters (`nnx.LoRAParam`).
-- Critic ("head", the paper's): an MLP `hidden -> 1024 -> 512 -> 1` (ReLU; `CriticConfig`) over
+- Critic ("head", the paper's): an MLP `hidden -> critic.hidden_sizes -> 1` (ReLU; `CriticConfig`) over
   the frozen base's final hidden states with adapters off; only the head
   trains, so its input features can be computed once per rollout.
 - Critic ("lora"): the same frozen base with a second LoRA state (the actor's
