@@ -91,6 +91,7 @@ from poad_jax.run import train
 from poad_jax.run import build
 from poad_jax.run import cli
 from poad_jax.agent.methods import make_method
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.core.policy import PackedRows, ValueHead, action_logprobs, base_features, head_values, split_policy
 from poad_jax.core.token_batch import pack_rows
 
@@ -473,7 +474,8 @@ def prompt_tokens(step: int) -> list[int]:
 
 MODEL, _ = build.load_model(CONFIG)  # same seed, same frozen base as the runs
 GRAPH, FROZEN, PARAMS = split_policy(
-    MODEL, ValueHead(MODEL.config.hidden_size, tuple(CONFIG.critic.hidden_sizes), rngs=nnx.Rngs(CONFIG.seed + 1))
+    MODEL, ValueHead(MODEL.config.hidden_size, CriticConfig(hidden_sizes=CONFIG.critic.hidden_sizes),
+                     rngs=nnx.Rngs(CONFIG.seed + 1))
 )
 PROMPTS = [prompt_tokens(step) for step in range(STEPS)]
 PROMPT_LEN = max(len(p) for p in PROMPTS)
@@ -540,7 +542,8 @@ def fit_critic(name: str, policy: np.ndarray, steps: int = 400, learning_rate: f
     weights = jnp.asarray(np.outer(policy, policy).reshape(-1, 1))  # P(a1, a2)
     valid = jnp.ones(streams["rewards"].shape, bool)
     episode_over = jnp.zeros(len(EPISODES))  # every stream ends with done: nothing to bootstrap
-    head = ValueHead(MODEL.config.hidden_size, tuple(CONFIG.critic.hidden_sizes), rngs=nnx.Rngs(CONFIG.seed + 1))
+    head = ValueHead(MODEL.config.hidden_size, CriticConfig(hidden_sizes=CONFIG.critic.hidden_sizes),
+                     rngs=nnx.Rngs(CONFIG.seed + 1))
     head_graph, head_state = nnx.split(head)
     optimizer = optax.adam(learning_rate)
 

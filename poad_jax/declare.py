@@ -4,11 +4,17 @@ Each layer declares the settings it reads in the dataclass it runs on, beside
 the code that reads them: the learner's in `agent.learner_config.LearnerConfig`
 (`config.ppo`), the sampler's in `sampling.config.SamplingConfig`
 (`config.sampling`), the rollouts' in `agent.rollout_config.RolloutConfig`
+(top-level fields), the credit schemes' in `agent.method_config.MethodConfig`
 (top-level fields), the group methods' in `core.group_advantages.GroupConfig`
-(`config.group`); the run's own in `run.config.settings`.  A field is
+(`config.group`), the critic's in `core.critic_config.CriticConfig`
+(`config.critic`); the run's own in `run.config.settings`.  A field is
 
 - `setting(default, meaning, check)`: a setting of the command-line config;
 - `section(Cls, meaning)`: a sub-section (`config.ppo`), declared by `Cls`;
+  either takes `resumable=<kind>` when a re-run of a run directory may change
+  it (a section: any of its settings) without changing what the checkpoints
+  mean, the kind saying what a change affects (`Resumable`); the run's table of
+  such fields is derived from the declarations (`resumable_settings`);
 - `inline(Cls, meaning)`: `Cls`'s settings at this level of the config
   (`config.num_threads`, not `config.rollout.num_threads`), `Cls` the typed
   object the run builds from them;
@@ -33,6 +39,14 @@ import typing
 from typing import Any, Callable, Literal, Mapping
 
 MEANING, CHECK, SECTION, INLINE, DERIVED = "meaning", "check", "section", "inline", "derived"  # metadata keys
+RESUMABLE = "resumable"  # metadata key: what a re-run's change of the setting affects
+
+# What a change of a setting a re-run may change affects: "length" (how long the run trains), "outputs"
+# (what it writes besides checkpoints), "checkpoints" (how often and how many), "label" (its name),
+# "speed" (how the same numbers are computed), "layout" (devices and processes: the same numbers up to
+# float rounding).  Any other setting's change is refused in a directory with checkpoints.
+Resumable = Literal["length", "outputs", "checkpoints", "label", "speed", "layout"]
+RESUMABLE_KINDS: tuple[str, ...] = typing.get_args(Resumable)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,18 +88,31 @@ def within(low: float, high: float, open_low: bool = False, why: str = "") -> Ch
     return Check(lambda v: low <= v <= high, f"in [{low}, {high}]", why)
 
 
-def setting(default: Any, meaning: str, check: Check | OneOf | None = None) -> Any:
+def setting(default: Any, meaning: str, check: Check | OneOf | None = None, *,
+            resumable: Resumable | None = None) -> Any:
     """A field's one declaration: its default, one-line meaning and check (None: the check its
-    type implies, `type_check`).  A dict default becomes an empty sub-tree of free keys."""
-    metadata = {MEANING: meaning, CHECK: check}
+    type implies, `type_check`), and, if a re-run may change it, what a change affects (`resumable`,
+    one of `RESUMABLE_KINDS`).  A dict default becomes an empty sub-tree of free keys."""
+    metadata = {MEANING: meaning, CHECK: check, **_resumable(resumable)}
     if isinstance(default, dict):
         return dataclasses.field(default_factory=lambda: dict(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def section(cls: type, meaning: str) -> Any:
-    """A sub-section of the config (`config.ppo`), declared by its own dataclass `cls`."""
-    return dataclasses.field(default_factory=_no_default(cls), metadata={MEANING: meaning, SECTION: cls})
+def section(cls: type, meaning: str, *, resumable: Resumable | None = None) -> Any:
+    """A sub-section of the config (`config.ppo`), declared by its own dataclass `cls`; `resumable`:
+    a re-run may change any of its settings, and what a change affects."""
+    return dataclasses.field(default_factory=_no_default(cls),
+                             metadata={MEANING: meaning, SECTION: cls, **_resumable(resumable)})
+
+
+def _resumable(kind: str | None) -> dict[str, str]:
+    """The metadata that marks a field resumable (none for None); ValueError for an unknown kind."""
+    if kind is None:
+        return {}
+    if kind not in RESUMABLE_KINDS:
+        raise ValueError(f"resumable must be one of {', '.join(RESUMABLE_KINDS)}, got {kind!r}")
+    return {RESUMABLE: kind}
 
 
 def inline(cls: type, meaning: str) -> Any:
@@ -168,6 +195,22 @@ def declared_leaves(cls: type, prefix: str = "") -> list[Declared]:
             leaves.append(Declared(dotted, hints[field.name], default_of(field), field.metadata.get(MEANING, ""),
                                    dataclasses.replace(rule, field=dotted), cls))
     return leaves
+
+
+def resumable_settings(cls: type, prefix: str = "") -> dict[str, str]:
+    """{dotted name: what a change affects} of every setting and section `cls` declares `resumable`, in
+    declaration order (a resumable section is one entry, its dotted name covering its sub-tree;
+    the other sections are walked, inline classes spliced in place)."""
+    found = {}
+    for field in dataclasses.fields(cls):
+        dotted = prefix + field.name
+        if RESUMABLE in field.metadata:
+            found[dotted] = field.metadata[RESUMABLE]
+        elif SECTION in field.metadata:
+            found.update(resumable_settings(field.metadata[SECTION], dotted + "."))
+        elif INLINE in field.metadata:
+            found.update(resumable_settings(field.metadata[INLINE], prefix))
+    return found
 
 
 def as_value(kind: Any, value: Any) -> Any:

@@ -11,6 +11,7 @@ from flax import nnx
 
 from poad_jax.run import config as config_lib
 from poad_jax.core import losses
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.core.policy import ValueHead
 from poad_jax.agent.episodes import EpisodeStats, episode_summary
 
@@ -77,7 +78,7 @@ def test_chunk_weights_average_the_chunks_token_means():
 
 
 def test_torch_init_head_has_no_biases_and_pytorch_linear_ranges():
-    head = ValueHead(64, (128, 32), bias=False, init="torch", rngs=nnx.Rngs(0))
+    head = ValueHead(64, CriticConfig(hidden_sizes=(128, 32), bias=False, init="torch"), rngs=nnx.Rngs(0))
     state = nnx.to_flat_state(nnx.state(head))
     names = ["/".join(str(p) for p in path) for path, _ in state]
     assert not any("bias" in name for name in names)
@@ -86,7 +87,7 @@ def test_torch_init_head_has_no_biases_and_pytorch_linear_ranges():
         bound = 1 / np.sqrt(fan_in)
         assert np.abs(kernel).max() <= bound
         assert abs(kernel.std() - bound / np.sqrt(3)) < 0.1 * bound  # uniform(-b, b) has std b / sqrt(3)
-    default = ValueHead(64, (128, 32), rngs=nnx.Rngs(0))
+    default = ValueHead(64, CriticConfig(hidden_sizes=(128, 32)), rngs=nnx.Rngs(0))
     assert np.all(np.asarray(default.out.kernel[...]) == 0)  # ours: V = 0 at the start
 
 

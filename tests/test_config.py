@@ -80,6 +80,41 @@ def test_the_rollouts_group_size_follows_the_method_and_group_size(method, size,
     assert config_lib.rollout_config(config).group_size == expected
 
 
+@pytest.mark.parametrize("size, expected", [(0, 4), (2, 2)])
+def test_the_group_method_holds_the_declared_group_settings_and_one_group_size(size, expected):
+    """The group method runs on `config.group` as it is (no field copied, no default of its own), and its
+    group size is the rollouts' (one rule, `GroupConfig.group_size`: 0 groups every thread)."""
+    config = config_lib.default_config()
+    config.method, config.group.size, config.group.omega, config.ppo.gamma = "gigpo", size, 0.5, 0.9
+    run = config_lib.typed(config)
+    group = build.build_method(config).group
+    assert group.config == run.group and (group.kind, group.gamma) == ("gigpo", 0.9)
+    assert group.size == run.rollout.group_size == expected
+
+
+def test_the_value_head_is_built_from_the_declared_critic_settings():
+    """`config.critic` is `CriticConfig` (core/critic_config.py), which the value head takes as it is: its
+    widths, biases and init; a bad init is refused by the declaration's check, as in a config."""
+    from flax import nnx
+
+    from poad_jax.core.critic_config import CriticConfig
+    from poad_jax.core.policy import ValueHead
+    from poad_jax.declare import SettingError
+    from poad_jax.models.tiny import tiny_random_model
+
+    config = config_lib.default_config()
+    config.critic.hidden_sizes, config.critic.bias, config.critic.init = [8, 4], False, "torch"
+    assert config_lib.typed(config).critic == CriticConfig(hidden_sizes=(8, 4), bias=False, init="torch")
+    model, _ = tiny_random_model(seed=0)
+    head = build.build_value_head(model, config, 0)
+    shapes = [layer.kernel[...].shape for layer in [*head.hidden_layers, head.out]]
+    assert shapes == [(model.config.hidden_size, 8), (8, 4), (4, 1)]
+    assert all(layer.bias is None for layer in [*head.hidden_layers, head.out])
+    assert len(ValueHead(16, CriticConfig(), rngs=nnx.Rngs(0)).hidden_layers) == len(CriticConfig().hidden_sizes)
+    with pytest.raises(SettingError, match="init must be one of zero_output, torch"):
+        CriticConfig(init="xavier")
+
+
 def test_the_library_runs_on_the_declarations_so_no_default_competes():
     """The config's defaults are the library objects' own: the learner's, the sampler's and the
     rollouts' classes are the declarations the config is made from, and one built with no arguments
@@ -168,6 +203,17 @@ def test_the_trainer_runs_on_the_converted_config(tmp_path, monkeypatch):
     assert seen["method"].share_prompt is True
 
 
+def test_the_model_is_loaded_with_the_configs_lora_as_it_is(monkeypatch):
+    """`load_model` hands the model `typed(config).lora` (every field of `LoraConfig`, none rebuilt)."""
+    config = config_lib.default_config()
+    config.model, config.lora.rank, config.lora.alpha, config.lora.targets = "tiny-random", 4, 2, ["q_proj"]
+    seen = {}
+    monkeypatch.setattr(build, "tiny_random_model", lambda **options: seen.update(options))
+    build.load_model(config)
+    assert seen["lora"] == config_lib.typed(config).lora
+    assert (seen["lora"].rank, seen["lora"].alpha, seen["lora"].targets) == (4, 2.0, ("q_proj",))
+
+
 def test_one_method_builder_honours_gamma_w_and_share_prompt():
     """`build.build_method` is the one way from a config to its method: NTPO's and TWOSOME's
     `gamma_w` (negative: the method's default) and TWOSOME's `share_prompt`; a run directory's
@@ -183,6 +229,24 @@ def test_one_method_builder_honours_gamma_w_and_share_prompt():
     stored = json.loads(config.to_json_best_effort())
     del stored["share_prompt"]  # read as a stored config is read: completed from the declared defaults
     assert build.build_method(config_lib.completed(ml_collections.ConfigDict(stored))).share_prompt is True
+
+
+def test_the_methods_read_their_settings_as_declared_beside_them():
+    """`gamma_w` and `share_prompt` are `agent/method_config.py:MethodConfig`'s, at the config's top level:
+    `make_method` reads a negative `gamma_w` as the method's default and defaults `share_prompt` to the
+    declared one; the typed run answers to the config's names."""
+    from poad_jax.agent.method_config import MethodConfig
+    from poad_jax.agent.methods import make_method
+
+    declared = MethodConfig()
+    assert make_method("ntpo", 0.9, declared.gamma_w).gamma_w == 0.9
+    assert make_method("twosome", 0.9, declared.gamma_w).gamma_w == 1.0
+    assert make_method("twosome", 0.9).share_prompt is declared.share_prompt is True
+    config = config_lib.default_config()
+    config.gamma_w, config.share_prompt = 0.5, False
+    run = config_lib.typed(config)
+    assert run.scheme == MethodConfig(gamma_w=0.5, share_prompt=False)
+    assert (run.gamma_w, run.share_prompt) == (0.5, False)
 
 
 def test_evaluation_acts_with_the_method_the_run_trained(tmp_path, monkeypatch):
@@ -216,6 +280,47 @@ def test_one_table_of_resumable_fields():
     assert refused == ["seed"] and safe == {"mesh.data": [1, 2]}
     same_numbers = {name for name, kind in config_lib.RESUMABLE_FIELDS.items() if kind in config_lib.SAME_NUMBERS}
     assert same_numbers == {"total_env_steps", "max_nonfinite_updates", "tensorboard", "plot", "log_actions"}
+
+
+# The table as it was written by hand in run/config/resumable.py before each declaration said it (issue 80).
+RESUMABLE_BEFORE_ISSUE_80 = {
+    "total_env_steps": "length", "max_nonfinite_updates": "length", "tensorboard": "outputs", "plot": "outputs",
+    "log_actions": "outputs", "checkpoint_every": "checkpoints", "keep_checkpoints": "checkpoints", "name": "label",
+    "env.vector_mode": "speed", "remat": "speed", "share_prompt": "speed", "prefix_packing": "speed",
+    "sampling.share_prompts": "speed", "prompt_bucket_step": "speed", "mesh": "layout", "distributed": "layout",
+}
+
+
+def test_the_resumable_fields_are_derived_from_the_declarations_as_the_table_was():
+    """Each resumable setting says so in its declaration (`resumable=`); the derived table has the hand-written
+    table's entries, no more, no fewer."""
+    assert config_lib.RESUMABLE_FIELDS == RESUMABLE_BEFORE_ISSUE_80
+
+
+def test_declaring_a_setting_resumable_is_all_it_takes():
+    """`resumable=` on a setting (or a section) puts it in the derived table under its dotted name, wherever the
+    declaring class sits in the tree (a section, an inline class); without it a field is not resumable; an
+    unknown kind is refused where it is declared."""
+    from poad_jax import declare
+
+    @dataclasses.dataclass(frozen=True)
+    class Inner:
+        fast: bool = declare.setting(True, "a faster way to the same numbers", resumable="speed")
+        exact: float = declare.setting(1.0, "a number the checkpoints depend on")
+
+    @dataclasses.dataclass(frozen=True)
+    class Spliced:
+        steps: int = declare.setting(1, "how long", resumable="length")
+
+    @dataclasses.dataclass(frozen=True)
+    class Outer:
+        inner: Inner = declare.section(Inner, "a section")
+        devices: Inner = declare.section(Inner, "a whole section", resumable="layout")
+        spliced: Spliced = declare.inline(Spliced, "settings at the top level")
+
+    assert declare.resumable_settings(Outer) == {"inner.fast": "speed", "devices": "layout", "steps": "length"}
+    with pytest.raises(ValueError, match="resumable must be one of length, outputs"):
+        declare.setting(0, "a setting", resumable="fast")
 
 
 

@@ -25,9 +25,11 @@ from poad_jax.core import flops
 from poad_jax.run.config import learner_config, rollout_config
 from poad_jax.agent.learner import build_update, init_train_state
 from poad_jax.agent.methods import GroupRelative, make_method
+from poad_jax.core.group_advantages import GroupConfig
 from poad_jax.models.config import LlamaConfig, LoraConfig
 from poad_jax.models.decode import init_cache, unstack_weights
 from poad_jax.models.tiny import tiny_random_model
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.core.policy import PackedRows, ValueHead, action_logprobs, split_policy
 from poad_jax.agent.rollout import StepRecord
 from poad_jax.agent.experience import behaviour_statistics, make_token_batch, pack_batch
@@ -69,7 +71,7 @@ def traced_flops(fn, *args, skip_size: int | None = RANK) -> int:
 
 def model_and_policy(remat="full", lora=True):
     model, tokenizer = tiny_random_model(lora=LoraConfig(rank=RANK) if lora else None, remat=remat)
-    head = ValueHead(model.config.hidden_size, HEAD, rngs=nnx.Rngs(1))
+    head = ValueHead(model.config.hidden_size, CriticConfig(hidden_sizes=HEAD), rngs=nnx.Rngs(1))
     return model, tokenizer, split_policy(model, head)
 
 
@@ -189,7 +191,7 @@ def test_an_updates_behaviour_pass_and_learner_are_the_traced_counts(method_name
 @pytest.mark.parametrize("reference", [False, True], ids=["no-kl", "kl-to-base"])
 def test_a_critic_free_updates_passes_are_the_traced_counts(reference):
     model, _, (graph, frozen, params) = model_and_policy()
-    method = make_method("grpo", 0.95, group=GroupRelative("grpo", 2))
+    method = make_method("grpo", 0.95, group=GroupRelative("grpo", GroupConfig(size=2), 2, 0.95))
     steps, next_prompts = records("poad")
     arrays, next_arrays = pack_batch(steps, next_prompts, method,
                                      rollout_config(num_threads=2, rollout_length=2, group_size=2), 0)

@@ -31,7 +31,9 @@ from envs_py.toy import DecisiveTokenEnv
 from poad_jax.agent.experience import behaviour_statistics, groups_with_signal, make_token_batch, pack_batch
 from poad_jax.agent.learner import compute_advantages, init_train_state, jit_update
 from poad_jax.agent.methods import GroupRelative, make_method
+from poad_jax.core.group_advantages import GroupConfig
 from poad_jax.agent.rollout import RolloutCollector, merged_actor
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.core.policy import ValueHead, split_policy
 from poad_jax.models.tiny import tiny_random_model
 from poad_jax.run import cli as train_cli
@@ -76,9 +78,9 @@ envs_py.register("test/unrepeatable_reset", f"{__name__}:UnrepeatableReset", "(t
 
 def group_rollout(method_name="gigpo", threads=4, size=2, length=3, env="test/varying_length", seed=0):
     model, tokenizer = tiny_random_model(seed=seed)
-    head = ValueHead(model.config.hidden_size, (32,), rngs=nnx.Rngs(1))
+    head = ValueHead(model.config.hidden_size, CriticConfig(hidden_sizes=(32,)), rngs=nnx.Rngs(1))
     graph, frozen, params = split_policy(model, head)
-    method = make_method(method_name, 0.95, group=GroupRelative(method_name, size, gamma=0.95))
+    method = make_method(method_name, 0.95, group=GroupRelative(method_name, GroupConfig(size=size), threads, 0.95))
     config = rollout_config(num_threads=threads, rollout_length=length, prompt_format="raw", group_size=size)
     envs = envs_py.VectorEnv(env, threads, seed=seed, group_size=size, num_colours=3, rewarded="blue")
     collector = RolloutCollector(envs, tokenizer, Sampler(merged_actor(graph, frozen, params)), method, config,

@@ -28,6 +28,7 @@ from poad_jax.run.config import learner_config, rollout_config
 from poad_jax.agent.learner import compute_advantages, init_train_state, jit_update, policy_outputs
 from poad_jax.agent.methods import make_method
 from poad_jax.models.tiny import tiny_random_model
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.core.policy import ValueHead, split_policy, token_logprobs_and_entropy
 from poad_jax.agent.rollout import RolloutCollector, merged_actor
 from poad_jax.agent.experience import behaviour_statistics, make_token_batch, pack_batch
@@ -41,7 +42,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 def collect_batch(method_name: str, num_threads=4, rollout_length=4, seed=0, matmul_dtype=None,
                   behaviour_logprobs="recompute", return_arrays=False):
     model, tokenizer = tiny_random_model(seed=seed, matmul_dtype=matmul_dtype)
-    head = ValueHead(model.config.hidden_size, (32,), rngs=nnx.Rngs(1))
+    head = ValueHead(model.config.hidden_size, CriticConfig(hidden_sizes=(32,)), rngs=nnx.Rngs(1))
     graph, frozen, params = split_policy(model, head)
     method = make_method(method_name, 0.95)
     config = rollout_config(num_threads=num_threads, rollout_length=rollout_length, prompt_format="raw",

@@ -274,6 +274,7 @@ def test_every_option_on_trains_end_to_end_and_logs_its_divergences(tmp_path, sa
 def test_trie_exploration_records_the_log_probs_of_the_temperature_it_draws_at():
     """The behaviour log-probs are those of the trie's softmax at the exploration temperature (NumPy)."""
     from poad_jax.agent.rollout import RolloutCollector, merged_actor
+    from poad_jax.core.critic_config import CriticConfig
     from poad_jax.core.policy import ValueHead, split_policy
     from poad_jax.agent.methods import make_method
     from poad_jax.models.tiny import tiny_random_model
@@ -282,7 +283,8 @@ def test_trie_exploration_records_the_log_probs_of_the_temperature_it_draws_at()
     import envs_py
 
     model, tokenizer = tiny_random_model(seed=0)
-    graph, frozen, params = split_policy(model, ValueHead(model.config.hidden_size, (8,), rngs=nnx.Rngs(1)))
+    head = ValueHead(model.config.hidden_size, CriticConfig(hidden_sizes=(8,)), rngs=nnx.Rngs(1))
+    graph, frozen, params = split_policy(model, head)
     config = config_lib.rollout_config(num_threads=2, rollout_length=1, prompt_format="raw",
                                        trie_explore_temperature=3.0)
     envs = envs_py.VectorEnv("toy/decisive_token", 2, seed=0, horizon=2, num_colours=3, rewarded="blue")
@@ -309,6 +311,7 @@ def test_greedy_play_of_an_exploring_run_is_greedy_and_the_token_policy_drops_th
     run's temperature with neither exploration nor action scores, and changes nothing for TWOSOME."""
     from poad_jax.agent.rollout import RolloutCollector, merged_actor
     from poad_jax.agent.methods import make_method
+    from poad_jax.core.critic_config import CriticConfig
     from poad_jax.core.policy import ValueHead, split_policy
     from poad_jax.models.tiny import tiny_random_model
     from poad_jax.sampling import Sampler
@@ -317,7 +320,8 @@ def test_greedy_play_of_an_exploring_run_is_greedy_and_the_token_policy_drops_th
     import envs_py
 
     model, tokenizer = tiny_random_model(seed=0)
-    graph, frozen, params = split_policy(model, ValueHead(model.config.hidden_size, (8,), rngs=nnx.Rngs(1)))
+    head = ValueHead(model.config.hidden_size, CriticConfig(hidden_sizes=(8,)), rngs=nnx.Rngs(1))
+    graph, frozen, params = split_policy(model, head)
     actor = merged_actor(graph, frozen, params)
     chosen = []
     for explore in (0.0, 3.0):

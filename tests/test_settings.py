@@ -1,7 +1,7 @@
 """Every setting is declared once, beside the code that reads it: its default, type, one-line meaning
 and check sit in one dataclass field of the layer's own object (`LearnerConfig` for `config.ppo`,
 `SamplingConfig` for `config.sampling`, `RolloutConfig` for the rollouts' top-level fields,
-`GroupConfig` for `config.group`; the run's own in `run/config/settings.py`), and the command-line
+`GroupConfig` for `config.group`, `CriticConfig` for `config.critic`; the run's own in `run/config/settings.py`), and the command-line
 config, its checks and the typed objects the library runs on all derive from those declarations."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import pytest
 
 from poad_jax import declare
 from poad_jax.agent.learner import LearnerConfig
+from poad_jax.agent.method_config import MethodConfig
 from poad_jax.agent.rollout import RolloutConfig
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.core.group_advantages import GroupConfig
 from poad_jax.models.config import LoraConfig
 from poad_jax.run import config as config_lib
@@ -121,21 +123,22 @@ def test_the_generated_defaults_are_the_ones_before_the_declarations():
         assert (now[dotted], type(now[dotted])) == (value, type(value)), dotted
 
 
-@pytest.mark.parametrize("section, declaring", [
-    ("ppo", LearnerConfig), ("sampling", SamplingConfig), ("group", GroupConfig), ("lora", LoraConfig),
-    ("", RolloutConfig)])
-def test_each_layer_declares_the_settings_it_reads_and_the_config_composes_them(section, declaring):
-    """The learner, the sampler, the group methods, the adapters and the rollouts each run on the class that declares
-    their settings; the command-line config has its settings where the run's tree places it (a section,
-    or the top level for the inline rollouts), and `typed` gives back that same class."""
+@pytest.mark.parametrize("section, declaring, part", [
+    ("ppo", LearnerConfig, "ppo"), ("sampling", SamplingConfig, "sampling"), ("group", GroupConfig, "group"),
+    ("lora", LoraConfig, "lora"), ("critic", CriticConfig, "critic"), ("", RolloutConfig, "rollout"),
+    ("", MethodConfig, "scheme")])
+def test_each_layer_declares_the_settings_it_reads_and_the_config_composes_them(section, declaring, part):
+    """The learner, the sampler, the group methods, the adapters, the critic, the rollouts and the credit schemes
+    each run on the class that declares their settings; the command-line config has its settings where the run's
+    tree places it (a section, or the top level for the inline rollouts and schemes), and `typed` gives back that
+    same class (as `part` of the typed tree)."""
     placed = {leaf.dotted: leaf.owner for leaf in declare.declared_leaves(settings.Run)}
     own = [leaf.dotted for leaf in declare.declared_leaves(declaring)]
     assert own, declaring
     for name in own:
         assert placed[f"{section}.{name}" if section else name] is declaring
     tree = config_lib.typed(config_lib.default_config())
-    part = getattr(tree, section or "rollout")
-    assert type(part) is declaring
+    assert type(getattr(tree, part)) is declaring
 
 
 def test_every_command_line_field_maps_to_exactly_one_declaration():

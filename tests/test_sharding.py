@@ -73,10 +73,11 @@ def _tiny_state():
     from poad_jax.run.config import learner_config
     from poad_jax.agent.learner import init_train_state
     from poad_jax.models.tiny import tiny_random_model
+    from poad_jax.core.critic_config import CriticConfig
     from poad_jax.core.policy import ValueHead, split_policy
 
     model, _ = tiny_random_model(hidden_size=HIDDEN)
-    head = ValueHead(HIDDEN, HEAD_SIZES, rngs=nnx.Rngs(1))
+    head = ValueHead(HIDDEN, CriticConfig(hidden_sizes=HEAD_SIZES), rngs=nnx.Rngs(1))
     _, frozen, params = split_policy(model, head)
     state = init_train_state(params, learner_config(), jax.random.key(0))
     return frozen, state
@@ -403,12 +404,13 @@ def _worker_run() -> _Run:
     from flax import nnx
 
     from poad_jax.agent.methods import make_method
+    from poad_jax.core.critic_config import CriticConfig
     from poad_jax.core.policy import ValueHead, split_policy
     from poad_jax.models.tiny import tiny_random_model
     from poad_jax.run.config import learner_config
 
     model, _ = tiny_random_model(hidden_size=HIDDEN)
-    head = ValueHead(HIDDEN, HEAD_SIZES, rngs=nnx.Rngs(1))
+    head = ValueHead(HIDDEN, CriticConfig(hidden_sizes=HEAD_SIZES), rngs=nnx.Rngs(1))
     graph, frozen, params = split_policy(model, head)
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.key(7), len(leaves))
@@ -515,6 +517,7 @@ def _collective_audits(run: _Run, batch) -> None:
     from flax import nnx
 
     from poad_jax.agent.learner import build_update, init_train_state, policy_outputs
+    from poad_jax.core.critic_config import CriticConfig
     from poad_jax.core.policy import ValueHead, split_policy
     from poad_jax.models.tiny import tiny_random_model
 
@@ -529,7 +532,8 @@ def _collective_audits(run: _Run, batch) -> None:
     summary["collectives"]["fsdp8_float32"] = summary["collectives"]["fsdp8"]
     summary["dots"]["fsdp8_float32"] = summary["dots"]["fsdp8"]
     model_bf16, _ = tiny_random_model(hidden_size=HIDDEN, matmul_dtype=jnp.bfloat16)
-    graph_bf16, frozen_bf16, _ = split_policy(model_bf16, ValueHead(HIDDEN, HEAD_SIZES, rngs=nnx.Rngs(1)))
+    head_bf16 = ValueHead(HIDDEN, CriticConfig(hidden_sizes=HEAD_SIZES), rngs=nnx.Rngs(1))
+    graph_bf16, frozen_bf16, _ = split_policy(model_bf16, head_bf16)
     update, _ = sharded.jit_sharded_update(graph_bf16, method, config, fsdp)
     lowered = update.lower(*_abstract_args(fsdp, state, frozen_bf16, batch))
     text = lowered.compile().as_text()

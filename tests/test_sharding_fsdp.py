@@ -224,11 +224,13 @@ def _policy(matmul_dtype=None, remat="full"):
     import jax
     from flax import nnx
 
+    from poad_jax.core.critic_config import CriticConfig
     from poad_jax.core.policy import ValueHead, split_policy
     from poad_jax.models.tiny import tiny_random_model
 
     model, _ = tiny_random_model(hidden_size=HIDDEN, matmul_dtype=matmul_dtype, remat=remat)
-    graph, frozen, params = split_policy(model, ValueHead(HIDDEN, HEAD_SIZES, rngs=nnx.Rngs(1)))
+    head = ValueHead(HIDDEN, CriticConfig(hidden_sizes=HEAD_SIZES), rngs=nnx.Rngs(1))
+    graph, frozen, params = split_policy(model, head)
     leaves, treedef = jax.tree.flatten(params)  # LoRA B and the head's output away from zero
     keys = jax.random.split(jax.random.key(7), len(leaves))
     params = jax.tree.unflatten(treedef, [x + 0.05 * jax.random.normal(k, x.shape, x.dtype)

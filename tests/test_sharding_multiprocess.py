@@ -106,12 +106,13 @@ def _worker(out: pathlib.Path, mode: str, port: int | None = None, rank: int | N
     from poad_jax.agent.learner import init_train_state
     from poad_jax.agent.methods import make_method
     from poad_jax.models.tiny import tiny_random_model
+    from poad_jax.core.critic_config import CriticConfig
     from poad_jax.core.policy import ValueHead, split_policy
     from poad_jax.agent.experience import behaviour_statistics, make_token_batch
     from tests.test_sharding import _synthetic_rollout
 
     model, _ = tiny_random_model(hidden_size=40)
-    graph, frozen, params = split_policy(model, ValueHead(40, (48,), rngs=nnx.Rngs(1)))
+    graph, frozen, params = split_policy(model, ValueHead(40, CriticConfig(hidden_sizes=(48,)), rngs=nnx.Rngs(1)))
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.key(7), len(leaves))
     params = jax.tree.unflatten(treedef, [np.asarray(x + 0.05 * jax.random.normal(k, x.shape, x.dtype))

@@ -25,6 +25,7 @@ from poad_jax.run.config import learner_config, rollout_config
 from poad_jax.agent.learner import jit_update, init_train_state, policy_outputs
 from poad_jax.agent.methods import make_method
 from poad_jax.models.tiny import tiny_random_model
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.core.policy import (
     ValueHead,
     action_level_log_policy,
@@ -67,7 +68,7 @@ def rich_policy(seed: int = 0, matmul_dtype=None):
     for name in model.layers.lora_b.keys():
         b = model.layers.lora_b[name]
         b[...] = jnp.asarray(rng.normal(0, 0.2, b[...].shape), jnp.float32)
-    head = ValueHead(model.config.hidden_size, (16,), rngs=nnx.Rngs(1))
+    head = ValueHead(model.config.hidden_size, CriticConfig(hidden_sizes=(16,)), rngs=nnx.Rngs(1))
     head.out.kernel[...] = jnp.asarray(rng.normal(0, 0.5, head.out.kernel[...].shape), jnp.float32)
     return (*split_policy(model, head), tokenizer)
 
@@ -221,7 +222,8 @@ def test_batched_scoring_equals_one_prompt_at_a_time_and_the_learner():
             for field in ("token_logprob_sums", "normalized_logprobs", "probs"):
                 np.testing.assert_allclose(getattr(scores, field), getattr(alone, field), rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(scores.probs.sum(), 1.0, atol=1e-5)
-    graph, frozen, params = split_policy(model, ValueHead(model.config.hidden_size, (8,), rngs=nnx.Rngs(0)))
+    head = ValueHead(model.config.hidden_size, CriticConfig(hidden_sizes=(8,)), rngs=nnx.Rngs(0))
+    graph, frozen, params = split_policy(model, head)
     config = rollout_config(num_threads=3, rollout_length=1, prompt_format="raw", twosome_normalization="word")
     arrays, _ = pack_batch(steps, [[5]] * 3, make_method("twosome", 0.95), config, tokenizer.pad_token_id)
     prompt_len = arrays["tokens"].shape[-1] - arrays["action_mask"].shape[-1]

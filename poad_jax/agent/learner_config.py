@@ -19,9 +19,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from poad_jax.core.critic_config import CriticKind
 from poad_jax.declare import above, at_least, derived, hold_to_declarations, setting, within
 
-CriticKind = Literal["head", "lora"]
 KlSkip = Literal["update", "actor"]
 AdvantageNormalization = Literal["valid", "adrl"]
 LambdaScope = Literal["token", "action"]

@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from poad_jax.agent.method_config import MethodConfig
 from poad_jax.core import gae, group_advantages
 from poad_jax.core.flops import Pass, SchemePasses, shared_prompt_pass
 from poad_jax.core.layout import COUNT_BUCKETS, allowed_next_tokens, bucket_size
@@ -165,8 +166,8 @@ class ActionLevel:
         row (False, the reference computation; K times the prompt's cost).
     """
 
-    gamma_w: float = 1.0
-    share_prompt: bool = True
+    gamma_w: float
+    share_prompt: bool
     token_level = False
     scores_candidates = True  # acts by scoring every valid action (needs a restricted action set)
 
@@ -267,31 +268,33 @@ class GroupRelative:
 
     Attributes:
       kind: "grpo" (the episode level: a trajectory's return normalised within its group) or
-        "gigpo" (plus `omega` times the step level: the discounted return from a step normalised
-        within the steps of its group that saw the same observation).
-      size: trajectories per group (threads `g * size ... (g + 1) * size - 1` form group g).
-      mode, epsilon: "mean_std_norm" ((x - mean) / (std + epsilon)) or "mean_norm" (x - mean).
-      omega, similarity, gamma: GiGPO's step level: its weight, the text similarity at which two
-        observations are one anchor state (1: identical), and its discount.
+        "gigpo" (plus `config.omega` times the step level: the discounted return from a step
+        normalised within the steps of its group that saw the same observation).
+      config: the groups' settings as declared (`config.group`: its size, normalisation and
+        GiGPO's weight and similarity).
+      num_threads: the run's rollout threads (a group size of 0 groups them all).
+      gamma: GiGPO's step level's discount (the learner's `ppo.gamma`).
     """
 
     kind: str
-    size: int
-    mode: str = "mean_std_norm"
-    epsilon: float = 1e-6
-    omega: float = 1.0
-    similarity: float = 1.0
-    gamma: float = 0.95
+    config: group_advantages.GroupConfig
+    num_threads: int
+    gamma: float
+
+    @property
+    def size(self) -> int:
+        """Trajectories per group (threads `g * size ... (g + 1) * size - 1` form group g)."""
+        return self.config.group_size(self.num_threads)
 
     def advantages(self, reward: np.ndarray, thread: np.ndarray, t: np.ndarray, observations: list[str]) -> np.ndarray:
         """`[n]` float64 advantages of n step rows (padding left out), each row's thread (its
         trajectory: one per thread and update), step index and observation text."""
-        group = np.asarray(thread) // self.size
+        group, config = np.asarray(thread) // self.size, self.config
         if self.kind == "grpo":
-            return group_advantages.grpo_advantages(reward, group, thread, self.mode, self.epsilon)
+            return group_advantages.grpo_advantages(reward, group, thread, config.mode, config.epsilon)
         return group_advantages.gigpo_from_observations(
-            reward, group, thread, t, observations, gamma=self.gamma, omega=self.omega, epsilon=self.epsilon,
-            mode=self.mode, similarity=self.similarity).adv
+            reward, group, thread, t, observations, gamma=self.gamma, omega=config.omega, epsilon=config.epsilon,
+            mode=config.mode, similarity=config.similarity).adv
 
 
 # ---------------------------------------------------------------------------
@@ -343,18 +346,21 @@ class Method:
         return self.scheme.share_prompt
 
 
-def make_method(name: str, gamma: float, gamma_w: float | None = None, share_prompt: bool = True,
-                offered_continuations: bool = False, vocabulary_logprobs: bool = False,
-                group: GroupRelative | None = None) -> Method:
-    """The method `name`; `gamma_w` overrides NTPO's intra-action discount (default gamma)
-    and TWOSOME's per-token discount of an action (default 1; POAD's is always 1).
-    `share_prompt=False` gives TWOSOME's per-candidate computation (`ActionLevel`);
+def make_method(name: str, gamma: float, gamma_w: float | None = None,
+                share_prompt: bool = MethodConfig.share_prompt, offered_continuations: bool = False,
+                vocabulary_logprobs: bool = False, group: GroupRelative | None = None) -> Method:
+    """The method `name`; `gamma_w` (`MethodConfig.gamma_w`) overrides NTPO's intra-action discount
+    (None or negative: gamma) and TWOSOME's per-token discount of an action (None or negative: 1;
+    POAD's is always 1).  `share_prompt` (`MethodConfig.share_prompt`; default the declared one):
+    False gives TWOSOME's per-candidate computation (`ActionLevel`);
     `offered_continuations` and `vocabulary_logprobs` are POAD's and NTPO's (`TokenLevel`);
-    `group` GRPO's and GiGPO's groups (default: one group of 8, their kind set from `name`)."""
+    `group` GRPO's and GiGPO's groups (required for them; their kind set from `name`)."""
     token_options = dict(offered_continuations=offered_continuations, vocabulary_logprobs=vocabulary_logprobs)
+    gamma_w = None if gamma_w is not None and gamma_w < 0 else gamma_w
     if name in GROUP_METHODS:
-        group = GroupRelative(name, 8, gamma=gamma) if group is None else dataclasses.replace(group, kind=name)
-        return Method(name, TokenLevel(gamma_w=1.0), group)
+        if group is None:
+            raise ValueError(f"{name} needs its groups: make_method(..., group=GroupRelative(...))")
+        return Method(name, TokenLevel(gamma_w=1.0), dataclasses.replace(group, kind=name))
     if name == "poad":
         return Method("poad", TokenLevel(gamma_w=1.0, **token_options))
     if name == "ntpo":

@@ -27,6 +27,7 @@ from jax.sharding import Mesh
 from poad_jax.agent.learner import init_train_state
 from poad_jax.agent.methods import make_method
 from poad_jax.agent.sharded_update import jit_sharded_update
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.core.policy import ValueHead, split_policy
 from poad_jax.core.token_batch import TokenLevelBatch
 from poad_jax.models.llama import Llama, LlamaConfig, LoraConfig
@@ -63,7 +64,7 @@ def abstract_policy(*, vocab_size, hidden_size, intermediate_size, num_layers, n
 
     def build():
         model = Llama(config, lora=lora, matmul_dtype=matmul_dtype, remat=remat, rngs=nnx.Rngs(0))
-        return model, ValueHead(hidden_size, tuple(head_sizes), rngs=nnx.Rngs(1))
+        return model, ValueHead(hidden_size, CriticConfig(hidden_sizes=tuple(head_sizes)), rngs=nnx.Rngs(1))
 
     model, head = nnx.eval_shape(build)
     return split_policy(model, head)

@@ -288,12 +288,14 @@ def replay(arrays: dict[str, np.ndarray], name: str, semantics: str = "adrl") ->
 
     from poad_jax.agent.learner import init_train_state
     from poad_jax.agent.methods import make_method
+    from poad_jax.core.critic_config import CriticConfig
     from poad_jax.core.policy import ValueHead, split_policy
 
     case = _case(arrays, name)
     meta = case["meta"]
     model = build_model(arrays, meta)
-    head = ValueHead(model.config.hidden_size, tuple(meta["head_sizes"]), bias=False, init="torch", rngs=nnx.Rngs(0))
+    authors_head = CriticConfig(hidden_sizes=tuple(meta["head_sizes"]), bias=False, init="torch")
+    head = ValueHead(model.config.hidden_size, authors_head, rngs=nnx.Rngs(0))
     set_weights(model, head, case)
     graph, frozen, params = split_policy(model, head)
     method = make_method(meta["method"], float(meta["gamma"]), float(meta["gamma_w"]))

@@ -88,6 +88,7 @@ def run_jax(directory: str, args) -> dict:
     from poad_jax.agent.methods import make_method
     from poad_jax.models import hf_io
     from poad_jax.models.llama import LoraConfig
+    from poad_jax.core.critic_config import CriticConfig
     from poad_jax.core.policy import PackedRows, ValueHead, action_logprobs, split_policy
     from poad_jax.core.token_batch import TokenLevelBatch
 
@@ -99,7 +100,7 @@ def run_jax(directory: str, args) -> dict:
     else:
         model = hf_io.load_hf_model(directory, lora=lora, dtype=dtype, matmul_dtype=matmul_dtype, remat=args.remat)
     config = model.config
-    head = ValueHead(config.hidden_size, (1024, 512), rngs=nnx.Rngs(1))
+    head = ValueHead(config.hidden_size, CriticConfig(), rngs=nnx.Rngs(1))
     graph, frozen, params = split_policy(model, head)
     del model, head
     method = make_method("poad", 0.95)

@@ -114,11 +114,12 @@ def measure(variant: str, args) -> dict:
     from poad_jax.run.config import learner_config
     from poad_jax.agent.methods import make_method
     from poad_jax.models.llama import LoraConfig
+    from poad_jax.core.critic_config import CriticConfig
     from poad_jax.core.policy import ValueHead, split_policy
 
     matmul_dtype = None if args.matmul_dtype == "float32" else jnp.bfloat16
     model = build_random_model(args.shape, lora=LoraConfig(), dtype=jnp.float32, matmul_dtype=matmul_dtype)
-    head = ValueHead(model.config.hidden_size, (1024, 512), rngs=nnx.Rngs(1))
+    head = ValueHead(model.config.hidden_size, CriticConfig(), rngs=nnx.Rngs(1))
     graph, frozen, params = split_policy(model, head)
     vocab, hidden = model.config.vocab_size, model.config.hidden_size
     del model, head

@@ -85,6 +85,11 @@ class GroupConfig:
     def __post_init__(self):
         hold_to_declarations(self)
 
+    def group_size(self, num_threads: int) -> int:
+        """Trajectories per group in a run of `num_threads` threads: `size`, or all of them for 0 (the one
+        rule: the rollouts' `group_size` and `agent.methods.GroupRelative.size` are this)."""
+        return self.size or num_threads
+
 
 class GroupAdvantageError(ValueError):
     """A bad argument to a group advantage (one line)."""

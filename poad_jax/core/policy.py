@@ -1,7 +1,7 @@
 """Actor and critic over one frozen base model.
 
 - Actor: the frozen base plus the actor's LoRA adapters (`nnx.LoRAParam`).
-- Critic ("head", the paper's): an MLP `hidden -> 1024 -> 512 -> 1` (ReLU) over
+- Critic ("head", the paper's): an MLP `hidden -> critic.hidden_sizes -> 1` (ReLU; `CriticConfig`) over
   the frozen base's final hidden states with adapters off; only the head
   trains, so its input features can be computed once per rollout.
 - Critic ("lora"): the same frozen base with a second LoRA state (the actor's
@@ -28,17 +28,18 @@ import jax.numpy as jnp
 from flax import nnx
 
 from poad_jax.core import shared_prefix
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.models.llama import Llama, base_filter
 
 
 # PyTorch's default nn.Linear init (kaiming_uniform with a = sqrt(5)): weights
 # U(-1/sqrt(fan_in), 1/sqrt(fan_in)), i.e. variance scaling 1/3, fan in, uniform.
 TORCH_LINEAR_INIT = nnx.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
-HEAD_INITS = ("zero_output", "torch")
 
 
 class ValueHead(nnx.Module):
-    """V = w3 relu(W2 relu(W1 h + b1) + b2) + b3, the paper's critic head.
+    """V = w3 relu(W2 relu(W1 h + b1) + b2) + b3, the paper's critic head, over features of
+    `hidden_size`, shaped as `config` (`CriticConfig`: `hidden_sizes`, `bias`, `init`) declares.
 
     `init="zero_output"` (ours): Flax's default hidden layers and a zero output
     layer, so V = 0 until the critic learns.  `init="torch"`: every weight drawn
@@ -46,11 +47,8 @@ class ValueHead(nnx.Module):
     with `bias=False` this is the authors' head (`mappo/models/critic.py`).
     """
 
-    def __init__(self, hidden_size: int, sizes: tuple[int, ...] = (1024, 512), *, bias: bool = True,
-                 init: str = "zero_output", rngs: nnx.Rngs):
-        if init not in HEAD_INITS:
-            raise ValueError(f"unknown value-head init {init!r}; choose one of {', '.join(HEAD_INITS)}")
-        dims = (hidden_size, *sizes)
+    def __init__(self, hidden_size: int, config: CriticConfig, *, rngs: nnx.Rngs):
+        dims, bias, init = (hidden_size, *config.hidden_sizes), config.bias, config.init
 
         def linear(fan_in, fan_out, output=False):
             if init == "torch":

@@ -100,14 +100,11 @@ def build_method(config: ml_collections.ConfigDict) -> Method:
     (`ppo.behaviour_correction="importance"`) are over them; with the entropy only, the
     log-probs stay the full vocabulary's (the paper code's optimisation)."""
     run = config_lib.typed(config)
-    gamma_w = run.gamma_w if run.gamma_w >= 0 else None
     scored = run.rollout.restricted_sampling == "action_scores"
     offered_entropy = run.ppo.entropy_scope == "offered"
     corrected = run.ppo.behaviour_correction == "importance"
-    block = run.group
-    group = GroupRelative(run.method, run.rollout.group_size, block.mode, block.epsilon, block.omega,
-                          block.similarity, run.ppo.gamma)
-    return make_method(run.method, run.ppo.gamma, gamma_w, share_prompt=run.share_prompt,
+    group = GroupRelative(run.method, run.group, run.rollout.num_threads, run.ppo.gamma)
+    return make_method(run.method, run.ppo.gamma, run.scheme.gamma_w, share_prompt=run.scheme.share_prompt,
                        offered_continuations=scored and (offered_entropy or corrected),
                        vocabulary_logprobs=scored and offered_entropy and not corrected,
                        group=group if run.method in GROUP_METHODS else None)
@@ -116,8 +113,7 @@ def build_method(config: ml_collections.ConfigDict) -> Method:
 def load_model(config: ml_collections.ConfigDict):
     """(model, tokenizer) for `config.model`, with the configured LoRA and dtypes."""
     run = config_lib.typed(config)
-    lora = LoraConfig(rank=run.lora.rank, alpha=run.lora.alpha, targets=run.lora.targets)
-    dtype = jax_dtype(run.dtype)
+    lora, dtype = run.lora, jax_dtype(run.dtype)
     options = dict(matmul_dtype=matmul_dtype(run.matmul_dtype), remat=run.remat)
     if run.model == "tiny-random":
         return tiny_random_model(seed=run.seed, lora=lora, dtype=dtype, **options)
@@ -135,9 +131,7 @@ def load_model(config: ml_collections.ConfigDict):
 
 def build_value_head(model, config: ml_collections.ConfigDict, seed: int) -> ValueHead:
     """The critic head `config.critic` describes."""
-    critic = config_lib.typed(config).critic
-    return ValueHead(model.config.hidden_size, critic.hidden_sizes, bias=critic.bias, init=critic.init,
-                     rngs=nnx.Rngs(seed))
+    return ValueHead(model.config.hidden_size, config_lib.typed(config).critic, rngs=nnx.Rngs(seed))
 
 
 def fresh_critic_lora(model, key: jax.Array):

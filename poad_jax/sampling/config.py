@@ -33,7 +33,8 @@ class SamplingConfig:
     max_new_tokens: int = setting(128, "an action's token limit",
                                   at_least(1, "an action needs at least one token"))
     share_prompts: bool = setting(False, "free-form sampling: a prompt several rows share is run into the KV cache "
-                                  "once (one device; the same draws, the prefill's rows to float rounding)")
+                                  "once (one device; the same draws, the prefill's rows to float rounding)",
+                                  resumable="speed")
     stop_token_ids: tuple[int, ...] = derived(
         "tokens that end a row (kept in the output); empty: the tokenizer's eos_token_ids when `generate` is "
         "given one", ())

@@ -2,8 +2,9 @@
 
 - `settings`: `Run`, the config's tree: the layers' declarations composed
   (`LearnerConfig` as `config.ppo`, `SamplingConfig` as `config.sampling`,
-  `GroupConfig` as `config.group`, `RolloutConfig`'s settings at the top
-  level) beside the run's own settings; `default_config()` is made from it.
+  `GroupConfig` as `config.group`, `CriticConfig` as `config.critic`,
+  `RolloutConfig`'s and `MethodConfig`'s settings at the top level) beside
+  the run's own settings; `default_config()` is made from it.
   The task files `configs/<task>.py` start from it and set what differs;
   `--config.x=y` overrides any field on the command line.  How a setting is
   declared (`setting`, `section`, `inline`, `derived`, the rules `Check`,
@@ -21,7 +22,8 @@
 - `files`: `load_config_file` (as `--config=` loads one), a config file's
   per-method presets (`set_method_preset`) and the authors' (`set_authors_semantics`).
 - `resumable`: `RESUMABLE_FIELDS`, the fields a run directory's re-run may
-  change (and what a change affects), for the trainer and the study runner.
+  change (and what a change affects), for the trainer and the study runner,
+  derived from the declarations (`setting(..., resumable=<kind>)`).
 - `convert`: `learner_config`, `rollout_config`, `sampling_config`: one part
   of `typed(config)` with the run's own values (`poad_jax.run.build` builds
   everything else a run needs from the config).

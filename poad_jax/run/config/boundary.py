@@ -21,6 +21,7 @@ import ml_collections
 from poad_jax.agent.learner_config import LearnerConfig
 from poad_jax.agent.rollout_config import RolloutConfig
 from poad_jax.core import layout  # NumPy only
+from poad_jax.core.group_advantages import GroupConfig
 from poad_jax.declare import as_value, declared_leaves, typed_tree
 from poad_jax.run.config.fields import completed, field_value
 from poad_jax.run.config.settings import Run
@@ -52,13 +53,13 @@ class _Source:
 
 
 def group_size_rule(source: _Source) -> int:
-    """The group-relative methods' trajectories per group (`group.size`; 0 there: all `num_threads`);
-    0 for the other methods, whose threads' episodes go on across updates."""
+    """The group-relative methods' trajectories per group (`GroupConfig.group_size`: `group.size`, 0
+    there all `num_threads`); 0 for the other methods, whose threads' episodes go on across updates."""
     from poad_jax.agent.methods import GROUP_METHODS
 
     if source.value("method") not in GROUP_METHODS:
         return 0
-    return source.value("group.size") or source.value("num_threads")
+    return source.section("group", GroupConfig).group_size(source.value("num_threads"))
 
 
 # (declaring class, derived field) -> its value from the config's other settings.

@@ -9,6 +9,7 @@ from typing import Any
 
 import ml_collections
 
+from poad_jax.core.group_advantages import GroupConfig  # NumPy only
 from poad_jax.declare import Check, OneOf, declared_leaves, refusal
 from poad_jax.run.config.errors import ConfigError
 from poad_jax.run.config.fields import field_value
@@ -126,7 +127,7 @@ def _check_group(config: ml_collections.ConfigDict) -> None:
         if config.ppo.ref_kl_coef > 0:
             raise ConfigError(f"ppo.ref_kl_coef > 0 is for grpo and gigpo, not {config.method}")
         return
-    size = config.group.size or config.num_threads
+    size = GroupConfig(**config.group).group_size(config.num_threads)  # checked above: its declared checks pass
     if config.num_threads % size:
         raise ConfigError(f"num_threads ({config.num_threads}) must be divisible by group.size ({size}): "
                           f"{config.method}'s groups are whole groups of threads (0: all threads, one group)")

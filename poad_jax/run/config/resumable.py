@@ -1,34 +1,19 @@
-"""Which fields a re-run of a run directory may change, and what a change affects."""
+"""Which fields a re-run of a run directory may change, and what a change affects.
+
+Each such setting says so in its declaration (`setting(..., resumable="speed")`, a whole section
+`section(..., resumable="layout")`; the kinds are `poad_jax.declare.Resumable`), and
+`RESUMABLE_FIELDS` is derived from the declarations: a dotted name covers its sub-tree ("mesh"
+covers "mesh.data").  The trainer refuses any other change in a directory with checkpoints; the
+study runner lets a cell's settings change in these fields, and reuses another study's finished cell
+that differs only in the fields whose change leaves the numbers as they are (`SAME_NUMBERS`).
+"""
 
 from __future__ import annotations
 
-# Fields a re-run of a run directory may change: the checkpoints mean the same.  Each
-# with what a change affects: "length" (how long the run trains), "outputs" (what
-# it writes besides checkpoints), "checkpoints" (how often and how many), "label"
-# (its name), "speed" (how the same numbers are computed), "layout" (devices and
-# processes: the same numbers up to float rounding).  A dotted name covers its
-# sub-tree ("mesh" covers "mesh.data").  The trainer refuses any other change
-# in a directory with checkpoints; the study runner lets a cell's settings change
-# in these fields, and reuses another study's finished cell that differs only in
-# the fields whose change leaves the numbers as they are (`SAME_NUMBERS`).
-RESUMABLE_FIELDS = {
-    "total_env_steps": "length",
-    "max_nonfinite_updates": "length",
-    "tensorboard": "outputs",
-    "plot": "outputs",
-    "log_actions": "outputs",
-    "checkpoint_every": "checkpoints",
-    "keep_checkpoints": "checkpoints",
-    "name": "label",
-    "env.vector_mode": "speed",
-    "remat": "speed",
-    "share_prompt": "speed",
-    "prefix_packing": "speed",
-    "sampling.share_prompts": "speed",
-    "prompt_bucket_step": "speed",
-    "mesh": "layout",
-    "distributed": "layout",
-}
+from poad_jax.declare import resumable_settings
+from poad_jax.run.config.settings import Run
+
+RESUMABLE_FIELDS: dict[str, str] = resumable_settings(Run)  # {dotted name: what a change affects}
 SAME_NUMBERS = ("length", "outputs")  # a change of these kinds leaves every logged number as it was
 
 

@@ -4,10 +4,12 @@ Each setting is declared once, beside the code that reads it, in the object
 that code runs on (`poad_jax/declare.py` says how): `config.ppo` is
 `agent.learner_config.LearnerConfig`, `config.sampling`
 `sampling.config.SamplingConfig`, `config.group`
-`core.group_advantages.GroupConfig`, `config.lora` `models.config.LoraConfig`, and the rollouts' top-level fields
-`agent.rollout_config.RolloutConfig` (spliced in with `inline`).  The settings
+`core.group_advantages.GroupConfig`, `config.critic` `core.critic_config.CriticConfig`, `config.lora`
+`models.config.LoraConfig`, and the top-level fields of the rollouts,
+`agent.rollout_config.RolloutConfig`, and of the credit schemes (`gamma_w`,
+`share_prompt`), `agent.method_config.MethodConfig` (both spliced in with `inline`).  The settings
 only the run reads are declared here (`Run`'s own fields and the sections
-`Env`, `Critic`, `Mesh`, `Distributed`).  `default_config()`, the
+`Env`, `Mesh`, `Distributed`).  `default_config()`, the
 checks `validate` runs and `typed(config)` are derived from this tree.  A mode
 string is a `Literal[...]` type: its values are its check.
 
@@ -30,9 +32,11 @@ from typing import Literal
 
 import ml_collections
 
-from poad_jax.agent.learner_config import CriticKind, LearnerConfig
+from poad_jax.agent.learner_config import LearnerConfig
+from poad_jax.agent.method_config import MethodConfig
 from poad_jax.agent.rollout_config import RolloutConfig
 from poad_jax.core import layout  # NumPy only
+from poad_jax.core.critic_config import CriticConfig
 from poad_jax.core.group_advantages import GroupConfig
 from poad_jax.declare import (INLINE, SECTION, Check, OneOf, above, at_least, default_of, inline, is_setting,
                               section, setting, within)
@@ -81,22 +85,8 @@ class Env:
                         OneOf(_environments, noun="environment"))
     kwargs: dict = setting({}, "the environment's own keyword arguments")
     vector_mode: Literal["inline", "threads", "processes"] = setting(
-        "inline", "how the rollout threads' environments step: in this process, threads or processes")
-
-
-@dataclasses.dataclass(frozen=True)
-class Critic:
-    """The critic (`config.critic`)."""
-
-    kind: CriticKind = setting(
-        "head", "an MLP head on the frozen base's features, or a second adapter")
-    hidden_sizes: tuple[int, ...] = setting((1024, 512), "the head's hidden layer widths",
-                                            Check(lambda v: all(int(h) >= 1 for h in v), "positive layer widths"))
-    target_update_every: int = setting(0, "hard-copy a target critic every K updates",
-                                       at_least(0, "0 turns the target critic off"))
-    bias: bool = setting(True, "the head's layers have biases (the authors' head has none, docs/adrl_parity.md)")
-    init: Literal["zero_output", "torch"] = setting(
-        "zero_output", "a zero output layer (V = 0 at the start), or PyTorch's default random init (the authors')")
+        "inline", "how the rollout threads' environments step: in this process, threads or processes",
+        resumable="speed")
 
 
 _AXIS = Check(lambda v: isinstance(v, int) and (v >= 1 or v == -1), "a positive integer or -1",
@@ -133,20 +123,18 @@ class Distributed:
 class Run:
     """The whole training config: the top-level settings and the sections, in `config.json`'s order."""
 
-    name: str = setting("default", "the run's label (the default run directory's name starts with it)")
+    name: str = setting("default", "the run's label (the default run directory's name starts with it)",
+                        resumable="label")
     method: str = setting("poad", "poad | ntpo | twosome | grpo | gigpo (`agent.methods.METHODS`)",
                           OneOf(_methods, noun="method"))
     preset: str = setting(
         "", "the method a config file's per-method settings are for (\"<file>:<method>\"; validation refuses "
         "a --config.method that differs); '' for none")
-    gamma_w: float = setting(-1.0, "NTPO's intra-action discount; negative: gamma (NTPO) / 1 (POAD, TWOSOME)",
-                             Check(lambda v: v < 0 or 0 < v <= 1, "in (0, 1], or negative for the method's default"))
-    share_prompt: bool = setting(
-        True, "TWOSOME: encode each state's prompt once and score every candidate as its continuation (exact); "
-        "False runs the whole prompt per candidate")
+    scheme: MethodConfig = inline(MethodConfig, "the credit schemes' settings (agent/method_config.py)")
     prefix_packing: bool = setting(
         False, "poad/ntpo: the behaviour pass and the learner run the rows packed with their common prompt "
-        "prefix once and no padding (the same numbers to float rounding, `core/shared_prefix.py`); one device")
+        "prefix once and no padding (the same numbers to float rounding, `core/shared_prefix.py`); one device",
+        resumable="speed")
     seed: int = setting(0, "the seed every random stream of the run derives from")
     model: str = setting("smollm2-135m-instruct", "a model name (smollm2-135m-instruct, "
                          "qwen2.5-coder-0.5b-instruct, tiny-random), a Hugging Face directory or a .gguf file")
@@ -155,11 +143,11 @@ class Run:
         "float32", "matmul operands: float32 (exact), bfloat16 (float32 accumulation; faster only where the "
         "machine multiplies bfloat16 natively), or auto (bfloat16 where it does, `run/hardware.py`)")
     remat: str = setting("full", "what the layer scan keeps for backward: full | dots | none",
-                         OneOf(_remat_policies))
+                         OneOf(_remat_policies), resumable="speed")
     lora: LoraConfig = section(LoraConfig, "the actor's adapters (models/config.py)")
     env: Env = section(Env, "the environment")
     rollout: RolloutConfig = inline(RolloutConfig, "how rollouts are collected (agent/rollout_config.py)")
-    total_env_steps: int = setting(6_000, "env steps the run trains for", at_least(1))
+    total_env_steps: int = setting(6_000, "env steps the run trains for", at_least(1), resumable="length")
     learn: bool = setting(
         True, "False: the run samples and steps its envs as training does but never updates, so every action "
         "is the initial policy's (a baseline to set a trained run beside; no behaviour pass, no learner)")
@@ -167,25 +155,37 @@ class Run:
         layout.PROMPT_BUCKET_STEP, "prompts pad to the next multiple of it up to 256, then to a coarse ladder "
         "(core/layout.py); 0: the powers of two 32 to 256",
         Check(layout.is_prompt_bucket_step, f"0 or a divisor of {layout.FINE_PROMPT_LIMIT}",
-              "prompts pad to a multiple of it; 0: powers of two"))
+              "prompts pad to a multiple of it; 0: powers of two"), resumable="speed")
     sampling: SamplingConfig = section(SamplingConfig, "how actions are decoded (sampling/config.py)")
     ppo: LearnerConfig = section(LearnerConfig, "the learner's hyper-parameters (agent/learner_config.py)")
     group: GroupConfig = section(GroupConfig, "grpo and gigpo's groups (core/group_advantages.py)")
-    critic: Critic = section(Critic, "the critic")
-    mesh: Mesh = section(Mesh, "the devices")
-    distributed: Distributed = section(Distributed, "several processes")
-    checkpoint_every: int = setting(1, "updates between checkpoints", at_least(1, "updates between checkpoints"))
+    critic: CriticConfig = section(CriticConfig, "the critic (core/critic_config.py)")
+    mesh: Mesh = section(Mesh, "the devices", resumable="layout")
+    distributed: Distributed = section(Distributed, "several processes", resumable="layout")
+    checkpoint_every: int = setting(1, "updates between checkpoints", at_least(1, "updates between checkpoints"),
+                                    resumable="checkpoints")
     keep_checkpoints: int = setting(
         2, "the newest checkpoints kept",
-        at_least(1, "a run without a checkpoint can be neither resumed nor exported"))
+        at_least(1, "a run without a checkpoint can be neither resumed nor exported"), resumable="checkpoints")
     max_nonfinite_updates: int = setting(
         3, "the run stops after this many updates in a row with minibatch steps whose loss or gradient was not "
         "finite (each such step is skipped; the checkpoints stay finite)",
-        at_least(1, "updates in a row with skipped non-finite steps before the run stops"))
-    tensorboard: bool = setting(True, "write TensorBoard event files")
-    plot: bool = setting(True, "plot the learning curves at the end")
+        at_least(1, "updates in a row with skipped non-finite steps before the run stops"), resumable="length")
+    tensorboard: bool = setting(True, "write TensorBoard event files", resumable="outputs")
+    plot: bool = setting(True, "plot the learning curves at the end", resumable="outputs")
     log_actions: bool = setting(
-        False, "write every env step's action text, reward and env info to actions.jsonl (e.g. the programs)")
+        False, "write every env step's action text, reward and env info to actions.jsonl (e.g. the programs)",
+        resumable="outputs")
+
+    @property
+    def gamma_w(self) -> float:
+        """`config.gamma_w`, by the name the config gives it (declared in `scheme`, `MethodConfig`)."""
+        return self.scheme.gamma_w
+
+    @property
+    def share_prompt(self) -> bool:
+        """`config.share_prompt`, by the name the config gives it (declared in `scheme`, `MethodConfig`)."""
+        return self.scheme.share_prompt
 
 
 def as_config_dict(cls: type) -> ml_collections.ConfigDict:
