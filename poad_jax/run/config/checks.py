@@ -104,11 +104,18 @@ def _check_together(config: ml_collections.ConfigDict) -> None:
                           "already (share_prompt; and TWOSOME needs an environment that offers its actions, "
                           "which DataSciCoding does not)")
     _check_behaviour_policy(config)
-    row_devices = config.mesh.data * config.mesh.fsdp  # a -1 axis is checked once the devices are known
-    if row_devices > 1 and config.num_threads % row_devices:
+    # a -1 axis is checked once the devices are known (`run.build.placement_of`)
+    check_row_devices(config.num_threads, config.rollout_length, chunks, config.mesh.data, config.mesh.fsdp)
+
+
+def check_row_devices(num_threads: int, rollout_length: int, chunks: int, data: int, fsdp: int) -> None:
+    """Whole rollout threads onto each device of the rows' mesh axes (`data` x `fsdp`), and every
+    device's rows split into the `chunks` (minibatches x micro-batches)."""
+    row_devices, rows = data * fsdp, num_threads * rollout_length
+    if row_devices > 1 and num_threads % row_devices:
         raise ConfigError(
-            f"num_threads ({config.num_threads}) must be divisible by mesh.data x mesh.fsdp "
-            f"({config.mesh.data} x {config.mesh.fsdp}): each device holds whole rollout threads"
+            f"num_threads ({num_threads}) must be divisible by mesh.data x mesh.fsdp "
+            f"({data} x {fsdp}): each device holds whole rollout threads"
         )
     if row_devices > 1 and rows % (chunks * row_devices):
         raise ConfigError(

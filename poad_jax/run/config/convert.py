@@ -1,6 +1,7 @@
 """The library's typed objects for one part of the config (`learner.LearnerConfig`,
 `rollout.RolloutConfig`, `sampling.SamplingConfig`), each a part of `typed(config)`, with the
-run's own values (the tokenizer's end tokens) and a caller's replacements.  JAX modules are
+run's own values (the tokenizer's end tokens) and a caller's replacements; `stopping_at` gives a
+typed `RolloutConfig` the tokenizer's end tokens (the run's, from its typed settings).  JAX modules are
 imported when a converter is called."""
 
 from __future__ import annotations
@@ -29,10 +30,14 @@ def sampling_config(config: ml_collections.ConfigDict | None = None, eos_ids: tu
     return dataclasses.replace(_typed(config).sampling, stop_token_ids=tuple(eos_ids))
 
 
+def stopping_at(rollout, eos_ids: tuple[int, ...]):
+    """The typed `rollout` (a `RolloutConfig`), its sampler stopping at `eos_ids` (the tokenizer's)."""
+    return dataclasses.replace(rollout, sampling=dataclasses.replace(rollout.sampling, stop_token_ids=tuple(eos_ids)))
+
+
 def rollout_config(config: ml_collections.ConfigDict | None = None, eos_ids: tuple[int, ...] = (), **fields: Any):
     """`typed(config).rollout`, its sampler stopping at `eos_ids`, `fields` replacing any."""
-    rollout = _typed(config).rollout
-    fields.setdefault("sampling", dataclasses.replace(rollout.sampling, stop_token_ids=tuple(eos_ids)))
+    rollout = stopping_at(_typed(config).rollout, eos_ids)
     return dataclasses.replace(rollout, **fields)
 
 
