@@ -94,7 +94,7 @@ def initial_actor(model):
 
 def play(workdir: pathlib.Path, episodes: int, seed: int, max_steps: int,
          initial: bool = False) -> tuple[list[StepGap], dict]:
-    """The `StepGap` of every step of the first `episodes` finished episodes, and the run's config; with
+    """The `StepGap` of every step of the first `episodes` finished episodes, and the run's settings; with
     `initial`, each step also scored by the actor as training started (`initial_actor`)."""
     import jax
 
@@ -104,9 +104,9 @@ def play(workdir: pathlib.Path, episodes: int, seed: int, max_steps: int,
     recorded = workdir / "config.json"  # refused before the model loads: what the run sampled from
     if recorded.exists():
         refuse_unless_action_scores(json.loads(recorded.read_text()))
-    config, model, tokenizer, _ = load_trained_actor(workdir)
-    collector = playing_collector(model, tokenizer, config, str(config.env.name),
-                                  min(episodes, int(config.num_threads)), False, seed)
+    run, model, tokenizer, _ = load_trained_actor(workdir)  # the run's settings, typed
+    collector = playing_collector(model, tokenizer, run, run.env.name, min(episodes, run.rollout.num_threads),
+                                  False, seed)
     sampler, normalization = collector.sampler, collector.config.twosome_normalization
     if initial:
         from poad_jax.sampling import Sampler
@@ -138,7 +138,7 @@ def play(workdir: pathlib.Path, episodes: int, seed: int, max_steps: int,
     finally:
         collector.envs.close()
     kept = [g for g in finished if g.episode < episodes]
-    return kept, config
+    return kept, run
 
 
 def action_probabilities(sampler, record, normalization: str) -> tuple[np.ndarray, np.ndarray]:

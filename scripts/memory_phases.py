@@ -57,8 +57,11 @@ def main(argv) -> None:
     from poad_jax.run.build import build, placement_of
     from poad_jax.run.train import build_envs
 
+    from poad_jax.run import config as config_lib
+
     config = _CONFIG.value.copy_and_resolve_references()
     print(hardware.resolve_config(config))
+    run = config_lib.typed(config)  # as resolved: what the run trains with
     phases = []
 
     def phase(name, fn):
@@ -74,11 +77,11 @@ def main(argv) -> None:
         return result
 
     phases.append({"phase": "imports", **{k: round(v, 1) for k, v in status_mib().items()}})
-    placement = placement_of(config)
-    built = phase("model loading", lambda: build(config, placement))
+    placement = placement_of(run)
+    built = phase("model loading", lambda: build(run, placement))
     estimate = memory_lib.expected_peak(config)
     print(memory_lib.expected_line(estimate), flush=True)
-    envs = build_envs(config, placement.threads, built.seeds.envs)
+    envs = build_envs(run, placement.threads, built.seeds.envs)
     update_fn, _, state = phase("learner state", lambda: placement.learner(
         built.graph, built.method, built.learner, built.params, built.seeds.learner))
     sampler = phase("sampler", lambda: placement.sampler(built.graph, built.frozen, built.params,
@@ -89,7 +92,7 @@ def main(argv) -> None:
         sampler.release_copies()
     arrays, next_arrays = placement.batch_arrays(steps, next_prompts, built.method, built.rollout,
                                                  built.tokenizer.pad_token_id)
-    plans = placement.prefix_plans(arrays, next_arrays, built.method, config)
+    plans = placement.prefix_plans(arrays, next_arrays, built.method, run)
 
     def behaviour():
         stats = behaviour_statistics(built.graph, built.frozen, state.params, state.params["head"], arrays,

@@ -80,8 +80,8 @@ def test_the_episodes_are_the_behaviours_own_and_mu_is_what_the_collector_record
     assert [e[0]["episode"] for e in episodes] == list(range(6))  # each episode's steps together, in order
     assert all(len({s["thread"] for s in e}) == 1 and len({s["success"] for s in e}) == 1 for e in episodes)
     assert all(0 < s["mu"] <= 1 and 0 < s["pi"] <= 1 and all(0 < w <= 1 for w in s["weights"]) for s in steps)
-    _, model, tokenizer, _ = load_trained_actor(workdir)
-    played = evaluate.evaluate_env(model, tokenizer, config, str(config.env.name), 6, False, 7, 1000)
+    run, model, tokenizer, _ = load_trained_actor(workdir)
+    played = evaluate.evaluate_env(model, tokenizer, run, run.env.name, 6, False, 7, 1000)
     assert sum(e[0]["success"] for e in episodes) == round(played.success_rate * 6)  # the same episodes
     text = (tmp_path / "behaviour_gap.md").read_text()
     assert f"6 episodes of mu, {round(played.success_rate * 6)} successful; {len(steps)} steps" in text
@@ -98,7 +98,7 @@ def test_the_initial_actor_is_the_one_training_started_from(action_score_run):
 
     workdir, config = action_score_run
     _, trained, tokenizer, _ = load_trained_actor(workdir)
-    built = build(config)
+    built = build(config_lib.typed(config))
     fresh = merge_model(built.graph, built.frozen, built.params["actor"])
     prompt = list(tokenizer.encode("You are in a room with three doors."))
     actions = [list(tokenizer.encode(f" walk to the {colour} door")) for colour in ("red", "green", "blue")]

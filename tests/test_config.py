@@ -220,15 +220,15 @@ def test_one_method_builder_honours_gamma_w_and_share_prompt():
     config.json written before `share_prompt` existed gets True (`config.completed`)."""
     config = config_lib.default_config()
     config.method, config.ppo.gamma = "ntpo", 0.9
-    assert build.build_method(config).gamma_w == pytest.approx(0.9)  # NTPO's default: gamma
+    assert build.build_method(config_lib.typed(config)).gamma_w == pytest.approx(0.9)  # NTPO's default: gamma
     config.gamma_w = 0.5
-    assert build.build_method(config).gamma_w == 0.5
+    assert build.build_method(config_lib.typed(config)).gamma_w == 0.5
     config.method, config.share_prompt = "twosome", False
-    method = build.build_method(config)
+    method = build.build_method(config_lib.typed(config))
     assert (method.name, method.gamma_w, method.share_prompt) == ("twosome", 0.5, False)
     stored = json.loads(config.to_json_best_effort())
     del stored["share_prompt"]  # read as a stored config is read: completed from the declared defaults
-    assert build.build_method(config_lib.completed(ml_collections.ConfigDict(stored))).share_prompt is True
+    assert build.build_method(config_lib.typed(ml_collections.ConfigDict(stored))).share_prompt is True
 
 
 def test_the_methods_read_their_settings_as_declared_beside_them():
@@ -265,8 +265,8 @@ def test_evaluation_acts_with_the_method_the_run_trained(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluate, "RolloutCollector", capture_collector)
     model, tokenizer = tiny_random_model(seed=0)
     with pytest.raises(_Stop):
-        evaluate.evaluate_env(model, tokenizer, config, config.env.name, 2, False, 0, 1)
-    assert seen["method"] == build.build_method(config)
+        evaluate.evaluate_env(model, tokenizer, config_lib.typed(config), config.env.name, 2, False, 0, 1)
+    assert seen["method"] == build.build_method(config_lib.typed(config))
     assert (seen["method"].gamma_w, seen["method"].share_prompt) == (0.5, False)
 
 

@@ -333,17 +333,20 @@ def test_greedy_play_of_an_exploring_run_is_greedy_and_the_token_policy_drops_th
         chosen.append([r.action_tokens for r in collector.collect(jax.random.key(explore == 0))[0][0]])
     assert chosen[0] == chosen[1]
 
-    run = restricted_config(behaviour_correction="importance")
-    run.restricted_sampling = "action_scores"
+    config = restricted_config(behaviour_correction="importance")
+    config.restricted_sampling = "action_scores"
+    run = config_lib.typed(config)
     assert evaluate.policies_differ(run)
     token = evaluate.policy_config(run, "token")
-    assert (token.restricted_sampling, token.trie_explore_temperature) == ("trie", 0.0)
-    assert run.restricted_sampling == "action_scores"  # the run's config is not changed
+    assert (token.rollout.restricted_sampling, token.rollout.trie_explore_temperature) == ("trie", 0.0)
+    assert token == dataclasses.replace(run, rollout=dataclasses.replace(  # nothing else changes
+        run.rollout, restricted_sampling="trie", trie_explore_temperature=0.0))
+    assert run.rollout.restricted_sampling == "action_scores"  # the run's settings are not changed
     assert evaluate.policy_config(run, "behaviour") is run
-    run.restricted_sampling, run.trie_explore_temperature = "trie", 2.0
-    assert evaluate.policies_differ(run)
-    run.method, run.trie_explore_temperature, run.ppo.behaviour_correction = "twosome", 0.0, "none"
-    assert not evaluate.policies_differ(run)
+    config.restricted_sampling, config.trie_explore_temperature = "trie", 2.0
+    assert evaluate.policies_differ(config_lib.typed(config))
+    config.method, config.trie_explore_temperature, config.ppo.behaviour_correction = "twosome", 0.0, "none"
+    assert not evaluate.policies_differ(config_lib.typed(config))
 
 
 def test_each_policys_evaluation_is_saved_in_its_own_file(tmp_path):

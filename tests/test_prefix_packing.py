@@ -205,12 +205,13 @@ def test_the_trainer_packs_token_level_rows_on_one_device_and_counts_the_packed_
     config = config_lib.default_config()
     config.prefix_packing, config.ppo.num_minibatches, config.ppo.accumulation_steps = True, 2, 1
     poad = make_method("poad", 0.95)
-    plans = Placement().prefix_plans(arrays, next_arrays, poad, config)
+    run = config_lib.typed(config)
+    plans = Placement().prefix_plans(arrays, next_arrays, poad, run)
     assert [p.group_rows for p in plans] == [3, 6, 6] and {p.prefix_len for p in plans} == {PREFIX}
-    assert Placement().prefix_plans(arrays, next_arrays, make_method("twosome", 0.95), config) is None
-    assert Placement(count=2).prefix_plans(arrays, next_arrays, poad, config) is None
+    assert Placement().prefix_plans(arrays, next_arrays, make_method("twosome", 0.95), run) is None
+    assert Placement(count=2).prefix_plans(arrays, next_arrays, poad, run) is None
     config.prefix_packing = False
-    assert Placement().prefix_plans(arrays, next_arrays, poad, config) is None
+    assert Placement().prefix_plans(arrays, next_arrays, poad, config_lib.typed(config)) is None
 
     shape, action_len = arrays["tokens"].shape, arrays["action_mask"].shape[1]
     packed_passes = poad.scheme.passes(shape, action_len, plans.learner)

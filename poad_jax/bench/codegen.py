@@ -37,12 +37,13 @@ def sample_programs(model_name: str, samples: int, batch: int, seed: int,
     """(programs, their lengths in tokens, whether each was cut off by max_new_tokens, seconds)."""
     config = config_lib.load_config_file(CONFIG)
     config.model = model_name
-    model, tokenizer = build.load_model(config)
-    env = envs_py.make(config.env.name, **dict(config.env.kwargs))
+    run = config_lib.typed(config)
+    model, tokenizer = build.load_model(run)
+    env = envs_py.make(run.env.name, **dict(run.env.kwargs))
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": env.reset(seed=0).text}])
     sampling = SamplingConfig(
-        temperature=config.sampling.temperature, top_k=config.sampling.top_k,
-        max_new_tokens=max_new_tokens or config.sampling.max_new_tokens, stop_token_ids=tuple(tokenizer.eos_token_ids),
+        temperature=run.sampling.temperature, top_k=run.sampling.top_k,
+        max_new_tokens=max_new_tokens or run.sampling.max_new_tokens, stop_token_ids=tuple(tokenizer.eos_token_ids),
     )
     sampler = Sampler(model)
     texts, lengths, cut = [], [], []

@@ -323,8 +323,7 @@ def run_one(values) -> int:
     chosen = hardware.resolve_config(config)  # "auto": the dtype this machine's run will use
     if chosen:
         print(chosen, flush=True)
-    run = config_lib.typed(config)  # as prepared and resolved: what the run trains with
-    matmul_dtype = run.matmul_dtype
+    matmul_dtype = config.matmul_dtype  # resolved above: the dtype the run trains with
     peak_before = matmul_gflops(matmul_dtype)  # the ceiling: the better of before and after the run
     try:
         result, total_s = timed_training(config, values.workdir, updates, steps_per_update)
@@ -336,6 +335,7 @@ def run_one(values) -> int:
         print("error: no update ran", file=sys.stderr)
         return 1
     # The first record's wall time also holds model loading and setup before the first rollout.
+    run = result.settings  # the config as prepared and resolved, typed once by the run: what it trained with
     cold = summarise(records)
     warm = summarise(records[1:]) if len(records) > 1 else None
     print_table(run, records, cold, warm, total_s)

@@ -81,14 +81,15 @@ def main(argv: list[str]) -> int:
     from poad_jax.agent.experience import behaviour_statistics, pack_batch
     from poad_jax.agent.rollout import RolloutCollector
     from poad_jax.run import build as build_lib
+    from poad_jax.run import config as config_lib
     from poad_jax.run import hardware
     from poad_jax.run.train import build_envs
 
     config = values.config
     hardware.resolve_config(config)  # "auto": this machine's dtype, named in the summary line
     config.behaviour_logprobs = "recompute"  # the behaviour pass's own log-probs, set against the sampler's
-    built = build_lib.build(config)
-    run = built.settings  # the config typed (`run.config.typed`), as resolved above
+    run = config_lib.typed(config)  # as resolved above: the command's one typing of its config
+    built = build_lib.build(run)
     if not built.method.scheme.token_level:
         print("error: logprob_gap needs a token-level method (poad or ntpo): TWOSOME decodes nothing",
               file=sys.stderr)
@@ -99,7 +100,7 @@ def main(argv: list[str]) -> int:
         params = dict(params, actor=jax.tree_util.tree_map_with_path(
             lambda path, x: (x + rng.normal(0, values.perturb_lora, x.shape).astype(x.dtype)
                              if "lora_b" in jax.tree_util.keystr(path) else x), params["actor"]))
-    envs = build_envs(config, run.rollout.num_threads, built.seeds.envs)
+    envs = build_envs(run, run.rollout.num_threads, built.seeds.envs)
     where = built.placement
     sampler = where.sampler(built.graph, built.frozen, params, built.rollout.prompt_buckets)
     # The sampler records the untruncated policy's log-probs, as it does where they become the old ones.

@@ -1,21 +1,22 @@
-"""Everything a run needs, built from its config in one place.
+"""Everything a run needs, built from its typed settings in one place.
 
-`build(config, placement)` is the one way from a training config to the
-objects the library runs on; the trainer, `poad_jax.tools.evaluate` and
-`poad_jax.tools.export` all use it, so a setting means the same everywhere:
+`build(run, placement)` is the one way from a run's typed settings (`run.config.Run`,
+`typed(config)`, made once by each command) to the objects the library runs on; the
+trainer, `poad_jax.tools.evaluate` and `poad_jax.tools.export` all use it, so a setting
+means the same everywhere.  Nothing here reads a ConfigDict:
 
 - `build_method`: the method with its `gamma_w` and `share_prompt`;
 - `load_model`: the model and tokenizer, with the configured LoRA and dtypes
   (`jax_dtype`: the one table from a dtype's name to JAX's);
 - the policy split into graph, frozen base and trainable parameters, with the
   value head and (for `critic.kind = "lora"`) a fresh critic adapter;
-- the learner's and the rollouts' dataclasses (`config.learner_config`,
-  `config.rollout_config`);
+- the learner's and the rollouts' dataclasses (`run.ppo`, and `run.rollout` stopping at the
+  tokenizer's end tokens: `config.stopping_at`);
 - `Placement`: where the arrays live and which threads this process steps.
   One device is a placement too (no mesh, one process), so the training
   loop asks the placement and never branches on meshes or processes.
 
-The run's random streams, all derived from `config.seed` (`RunSeeds`), are
+The run's random streams, all derived from `run.seed` (`RunSeeds`), are
 today's: a checkpoint written before this module existed resumes to the same
 numbers.
 """
@@ -28,7 +29,6 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
@@ -67,7 +67,7 @@ def matmul_dtype(name: str) -> Any:
 
 
 class RunSeeds(NamedTuple):
-    """Every seed and key a run derives from `config.seed`, in one place (the streams as they
+    """Every seed and key a run derives from `run.seed`, in one place (the streams as they
     have always been: checkpoints and seeded runs reproduce).
 
     model: the tiny random model's weights; head: the value head's init (`nnx.Rngs`);
@@ -93,13 +93,12 @@ def run_seeds(seed: int, process_index: int = 0) -> RunSeeds:
                     envs=hosts.env_seed(seed, process_index))
 
 
-def build_method(config: ml_collections.ConfigDict) -> Method:
-    """The run's method: `config.method` with `ppo.gamma`, `gamma_w` (negative: the method's
+def build_method(run: config_lib.Run) -> Method:
+    """The run's method: `run.method` with `ppo.gamma`, `gamma_w` (negative: the method's
     default) and `share_prompt`.  Actions drawn from action scores pack the offered continuations
     when the entropy (`ppo.entropy_scope="offered"`) or the optimised log-probs
     (`ppo.behaviour_correction="importance"`) are over them; with the entropy only, the
     log-probs stay the full vocabulary's (the paper code's optimisation)."""
-    run = config_lib.typed(config)
     scored = run.rollout.restricted_sampling == "action_scores"
     offered_entropy = run.ppo.entropy_scope == "offered"
     corrected = run.ppo.behaviour_correction == "importance"
@@ -110,28 +109,27 @@ def build_method(config: ml_collections.ConfigDict) -> Method:
                        group=group if run.method in GROUP_METHODS else None)
 
 
-def load_model(config: ml_collections.ConfigDict):
-    """(model, tokenizer) for `config.model`, with the configured LoRA and dtypes."""
-    run = config_lib.typed(config)
+def load_model(run: config_lib.Run):
+    """(model, tokenizer) for `run.model`, with the configured LoRA and dtypes."""
     lora, dtype = run.lora, jax_dtype(run.dtype)
     options = dict(matmul_dtype=matmul_dtype(run.matmul_dtype), remat=run.remat)
     if run.model == "tiny-random":
         return tiny_random_model(seed=run.seed, lora=lora, dtype=dtype, **options)
     if run.model not in EMBEDDED_MODELS and not pathlib.Path(run.model).expanduser().exists():
         names = ", ".join([*EMBEDDED_MODELS, "tiny-random"])
-        raise TrainError(f"no such model path or name: {config.model} (names: {names}; "
+        raise TrainError(f"no such model path or name: {run.model} (names: {names}; "
                          "or a Hugging Face directory or a .gguf file)")
     try:
-        return load(config.model, dtype=dtype, lora=lora, **options)
+        return load(run.model, dtype=dtype, lora=lora, **options)
     except ModelLoadError as error:
         raise TrainError(str(error)) from None
     except OSError as error:  # the cache or the model files cannot be read or written
-        raise TrainError(f"cannot load model {config.model}: {one_line(error)}") from None
+        raise TrainError(f"cannot load model {run.model}: {one_line(error)}") from None
 
 
-def build_value_head(model, config: ml_collections.ConfigDict, seed: int) -> ValueHead:
-    """The critic head `config.critic` describes."""
-    return ValueHead(model.config.hidden_size, config_lib.typed(config).critic, rngs=nnx.Rngs(seed))
+def build_value_head(model, run: config_lib.Run, seed: int) -> ValueHead:
+    """The critic head `run.critic` describes."""
+    return ValueHead(model.config.hidden_size, run.critic, rngs=nnx.Rngs(seed))
 
 
 def fresh_critic_lora(model, key: jax.Array):
@@ -236,22 +234,22 @@ class Placement:
             return parallel.shard_batch(arrays, self.mesh), parallel.shard_batch(next_arrays, self.mesh)
         return arrays, next_arrays
 
-    def prefix_plans(self, arrays: dict, next_arrays: dict, method: Method, config: ml_collections.ConfigDict):
+    def prefix_plans(self, arrays: dict, next_arrays: dict, method: Method, run: config_lib.Run):
         """The update's packings of rows with their common prompt prefix once (`PrefixPlans`), with
         `prefix_packing=True`, a token-level method and one device; else None (rows as they are:
         on a mesh a packed group would span the devices that hold its rows)."""
-        if not config.prefix_packing or not method.token_level or self.mesh is not None or self.count > 1:
+        if not run.prefix_packing or not method.token_level or self.mesh is not None or self.count > 1:
             return None
-        micro_batches = config.ppo.num_minibatches * config.ppo.accumulation_steps
+        micro_batches = run.ppo.num_minibatches * run.ppo.accumulation_steps
         return prefix_plans(arrays, next_arrays, len(arrays["tokens"]) // micro_batches)
 
 
-def placement_of(config: ml_collections.ConfigDict) -> Placement:
-    """The placement `config.mesh` asks for over the run's devices (every process's); TrainError
+def placement_of(run: config_lib.Run) -> Placement:
+    """The placement `run.mesh` asks for over the run's devices (every process's); TrainError
     (one line) if the devices do not fit it, or, over several processes, if the threads or the
-    mesh do not split evenly between them.  Call after the processes have joined."""
+    mesh do not split evenly between them; ConfigError if the threads or the minibatches do not
+    split over the mesh's row axes with a -1 axis resolved.  Call after the processes have joined."""
     count, index = jax.process_count(), jax.process_index()
-    run = config_lib.typed(config)
     num_threads = run.rollout.num_threads
     try:
         mesh = parallel.mesh_from_config(run.mesh)
@@ -260,10 +258,10 @@ def placement_of(config: ml_collections.ConfigDict) -> Placement:
             hosts.check_mesh(mesh)
     except ValueError as error:
         raise TrainError(str(error)) from None
-    if mesh is not None:
-        resolved = config.copy_and_resolve_references()
-        resolved.mesh.data, resolved.mesh.fsdp = int(mesh.shape["data"]), int(mesh.shape["fsdp"])
-        config_lib.validate(resolved)  # the checks between threads and devices, with -1 resolved
+    if mesh is not None:  # the checks between threads and devices, with -1 resolved
+        config_lib.check_row_devices(num_threads, run.rollout.rollout_length,
+                                     run.ppo.num_minibatches * run.ppo.accumulation_steps,
+                                     int(mesh.shape["data"]), int(mesh.shape["fsdp"]))
     first_thread, threads = hosts.thread_share(num_threads, index, count)
     return Placement(mesh, index, count, first_thread, threads)
 
@@ -274,11 +272,11 @@ def placement_of(config: ml_collections.ConfigDict) -> Placement:
 
 @dataclasses.dataclass(frozen=True)
 class Built:
-    """What `build` makes of a config: the run's method and dataclasses, the tokenizer, and the
-    policy split into its compiled graph, frozen base and trainable parameters (placed)."""
+    """What `build` makes of a run's settings: the settings, the run's method and dataclasses, the
+    tokenizer, and the policy split into its compiled graph, frozen base and trainable parameters
+    (placed)."""
 
-    config: ml_collections.ConfigDict
-    settings: config_lib.Run  # `config` typed (`run.config.typed`)
+    settings: config_lib.Run  # the run's typed config (`run.config.typed`), as it was built from
     method: Method
     learner: LearnerConfig
     rollout: RolloutConfig
@@ -290,19 +288,18 @@ class Built:
     seeds: RunSeeds
 
 
-def build(config: ml_collections.ConfigDict, placement: Placement | None = None) -> Built:
-    """Builds what `config` describes (on `placement`, default one device): the method, the learner's
+def build(run: config_lib.Run, placement: Placement | None = None) -> Built:
+    """Builds what `run` describes (on `placement`, default one device): the method, the learner's
     and the rollouts' configs, the model (its weights loaded or made), the value head and, for a
     LoRA critic, a fresh critic adapter.  TrainError (one line) for a model that cannot load."""
-    run = config_lib.typed(config)
     placement = Placement(threads=run.rollout.num_threads) if placement is None else placement
     seeds = run_seeds(run.seed, placement.index)
-    method, lconfig = build_method(config), run.ppo
-    model, tokenizer = load_model(config)
-    head = build_value_head(model, config, seeds.head)
+    method, lconfig = build_method(run), run.ppo
+    model, tokenizer = load_model(run)
+    head = build_value_head(model, run, seeds.head)
     graph, frozen, params = split_policy(model, head)
     if run.critic.kind == "lora":
         params["critic_lora"] = fresh_critic_lora(model, seeds.critic_lora)
-    rconfig = config_lib.rollout_config(config, tuple(tokenizer.eos_token_ids))
+    rconfig = config_lib.stopping_at(run.rollout, tuple(tokenizer.eos_token_ids))
     graph, frozen, params = placement.place_policy(graph, frozen, params)
-    return Built(config, run, method, lconfig, rconfig, tokenizer, graph, frozen, params, placement, seeds)
+    return Built(run, method, lconfig, rconfig, tokenizer, graph, frozen, params, placement, seeds)

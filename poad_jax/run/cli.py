@@ -233,7 +233,7 @@ def main(config: ml_collections.ConfigDict, workdir: pathlib.Path, compilation_c
         jax.distributed.shutdown()  # a barrier: no process leaves while another still needs it
     if primary:
         print()
-        print(summary_text(config_lib.typed(config), result, argv))
+        print(summary_text(result.settings, result, argv))  # the settings the run typed and trained with
         print(f"\nrun directory: {result.workdir}")
     return 0
 

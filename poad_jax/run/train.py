@@ -1,5 +1,7 @@
-"""The training run: `run(config, workdir)` checks and builds everything, then `train`
-is the outer loop (rollout -> batch -> one compiled PPO update -> log -> checkpoint).
+"""The training run: `run(config, workdir)` checks the config, types it once (`typed`: the
+`Run` every function below takes) and builds everything, then `training_loop` repeats
+`one_update` (rollout -> batch -> one compiled PPO update -> target critic -> log ->
+checkpoint -> watchdogs) from the last checkpoint to `total_env_steps`.
 
 `python -m poad_jax.train --config=configs/<task>.py [--workdir=W] [--config.x=y ...]`
 (`poad_jax.run.cli`) calls `run`.  Re-running the same command with the same
@@ -29,7 +31,7 @@ import pathlib
 import shutil
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +40,7 @@ import ml_collections
 import envs_py
 from poad_jax.agent.experience import PrefixPlans, behaviour_statistics, groups_with_signal, make_token_batch
 from poad_jax.agent.methods import Method
-from poad_jax.agent.episodes import episode_summary, program_summary, step_summary
+from poad_jax.agent.episodes import EpisodeStats, episode_summary, program_summary, step_summary
 from poad_jax.agent.learner import TrainState
 from poad_jax.agent.rollout import RolloutCollector, StepRecord, actions_cut_off
 from poad_jax.core import flops as flops_lib
@@ -72,22 +74,29 @@ class RunResult:
     episodes: dict[str, Any] = dataclasses.field(default_factory=dict)  # EpisodeStats.state_dict()
     best: best_lib.BestProgram | None = None
     finished: bool = False
+    settings: Run | None = None  # the typed settings the run trained with (its summary reads them)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None, show_progress: bool = True,
         max_updates: int | None = None) -> RunResult:
     """Trains (or resumes) the run described by `config` in `workdir`.
 
-    `max_updates` stops after that many updates in this call (tests use it
-    to interrupt a run).  Raises TrainError for user mistakes, before
-    anything is written to `workdir`.
+    The config is checked, its "auto" settings resolved and then typed once (`typed`): everything
+    below takes the typed `Run`.  `max_updates` stops after that many updates in this call (tests use
+    it to interrupt a run).  Raises TrainError for user mistakes, before anything is written to
+    `workdir`.
     """
     validate(config)
-    join_processes(config)  # before anything else touches JAX
-    placement = placement_of(config)  # the devices fit the mesh, checked before anything is written
+    # The processes join before anything touches JAX, so before the "auto" settings resolve (that asks
+    # JAX for its backend) and the run is typed: this reads the config's own `distributed` section.
+    join_processes(config.distributed)
     workdir = pathlib.Path(workdir) if workdir else rundir.default_workdir(config)
     config = config.copy_and_resolve_references()  # "auto" settings resolve in the run's copy
     chosen = hardware.resolve_config(config, rundir.read_stored_config(workdir) if workdir.is_dir() else None)
+    settings = typed(config)  # the run's one typing of its config
+    placement = placement_of(settings)  # the devices fit the mesh, checked before anything is written
+    # The ConfigDict stays here for what compares or stores the config as it was given: the run
+    # directory's config.json and its resume check, the warnings and the memory estimate (run/memory.py).
     changes = rundir.prepare_workdir(workdir, config)
     if chosen and show_progress and placement.primary:
         print(chosen, flush=True)
@@ -97,9 +106,9 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     if placement.primary:
         say_expected_memory(config, show_progress)
     if show_progress and placement.primary:  # a real model's first load converts its GGUF: seconds to a minute
-        print(f"loading model {config.model}", flush=True)
-    built = build(config, placement)
-    envs = build_envs(config, placement.threads, built.seeds.envs)
+        print(f"loading model {settings.model}", flush=True)
+    built = build(settings, placement)
+    envs = build_envs(settings, placement.threads, built.seeds.envs)
     created = not workdir.exists()
     try:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -109,7 +118,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
                 rundir.clear_stale_outputs(workdir)
         if placement.primary:
             rundir.write_config(workdir, config, changes)
-        return training_loop(config, workdir, built, envs, show_progress and placement.primary, max_updates)
+        return training_loop(settings, workdir, built, envs, show_progress and placement.primary, max_updates)
     except BaseException:
         # A start that failed (or was interrupted) before anything worth keeping leaves no directory.
         if placement.primary and created and not checkpoint_lib.checkpoint_steps(workdir) \
@@ -122,7 +131,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
 
 def say_expected_memory(config: ml_collections.ConfigDict, show_progress: bool = True) -> None:
     """The run's expected peak memory in one line (`run.memory`), and a one-line warning on stderr when the
-    machine's available memory is below it (the kernel's OOM killer would end the run without a word)."""
+    machine's available memory is below it (the kernel's OOM killer would end the run without a word).
+    `config`: the resolved ConfigDict (`memory.expected_peak` reads its top-level rollout fields)."""
     expected = memory_lib.expected_peak(config)
     if show_progress:
         print(memory_lib.expected_line(expected), flush=True)
@@ -131,16 +141,15 @@ def say_expected_memory(config: ml_collections.ConfigDict, show_progress: bool =
         print(warning, file=sys.stderr, flush=True)
 
 
-def describe_placement(config: ml_collections.ConfigDict, placement: Placement) -> None:
+def describe_placement(settings: Run, placement: Placement) -> None:
     """Prints the devices a run uses when they are more than one (and that packing is off there)."""
     if placement.describe():
         print(placement.describe())
-        if config.prefix_packing:
+        if settings.prefix_packing:
             print("prefix_packing is off on a mesh: each device runs its rows as they are")
 
 
-def learn_from_rollout(config: ml_collections.ConfigDict, built: Built, update_fn, state: TrainState, value_head,
-                       steps, next_prompts):
+def learn_from_rollout(settings: Run, built: Built, update_fn, state: TrainState, value_head, steps, next_prompts):
     """One rollout's learning: its padded arrays, the behaviour pass (old log-probs and values under the
     current actor and `value_head`), the TokenBatch and one compiled PPO update.  Returns the new state, the
     update's metrics on the host, the batch, the prefix plans and the seconds of the behaviour pass and the
@@ -150,7 +159,7 @@ def learn_from_rollout(config: ml_collections.ConfigDict, built: Built, update_f
     arrays, next_arrays = placement.batch_arrays(steps, next_prompts, method, built.rollout,
                                                  built.tokenizer.pad_token_id)
     signal = group_signal_record(method, arrays, len(steps))
-    plans = placement.prefix_plans(arrays, next_arrays, method, config)
+    plans = placement.prefix_plans(arrays, next_arrays, method, settings)
     stats = behaviour_statistics(built.graph, built.frozen, state.params, value_head, arrays, next_arrays,
                                  method=method, temperature=built.learner.temperature,
                                  critic_kind=built.learner.critic_kind, plans=plans,
@@ -164,18 +173,18 @@ def learn_from_rollout(config: ml_collections.ConfigDict, built: Built, update_f
     return state, metrics, batch, plans, seconds, signal
 
 
-def learn_or_count(config: ml_collections.ConfigDict, built: Built, learner, state: TrainState, value_head,
+def learn_or_count(settings: Run, built: Built, learner, state: TrainState, value_head,
                    steps, next_prompts, sampler_since) -> tuple[TrainState, dict[str, Any], dict[str, float]]:
     """One update (`learn_from_rollout`) with its record's fields (the learner's metrics, the batch's
     and the cost's: `batch_record`) and seconds; with `learn=False` the update is only counted (the
     policy stays as it started; no behaviour pass, no learner) and its fields are the sampler's
     (`sampling_record`).  `learner` is (update_fn, its compile counter), `sampler_since` (the sampler,
     its FLOP count before this update's rollout)."""
-    settings, (update_fn, update_compiles), (sampler, sampler_flops) = built.settings, learner, sampler_since
+    (update_fn, update_compiles), (sampler, sampler_flops) = learner, sampler_since
     if not settings.learn:
         state = dataclasses.replace(state, update_step=state.update_step + 1)
         return state, sampling_record(steps, built.rollout, sampler, sampler_flops), {}
-    state, metrics, batch, plans, seconds, signal = learn_from_rollout(config, built, update_fn, state, value_head,
+    state, metrics, batch, plans, seconds, signal = learn_from_rollout(settings, built, update_fn, state, value_head,
                                                                        steps, next_prompts)
     fields = {**{k: float(v) for k, v in metrics.items()}, **signal,
               **batch_record(settings, built.method, steps, built.rollout, batch, sampler, sampler_flops,
@@ -183,14 +192,78 @@ def learn_or_count(config: ml_collections.ConfigDict, built: Built, learner, sta
     return state, fields, seconds
 
 
-def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, built: Built, envs: envs_py.VectorEnv,
-          show_progress: bool = True, max_updates: int | None = None) -> RunResult:
-    """The outer loop, from the last checkpoint (if any) to `total_env_steps`: each update
-    collects a rollout with the current actor, packs it into a TokenBatch with the behaviour
-    statistics, runs one compiled PPO update, logs the record and saves a checkpoint."""
+# ---------------------------------------------------------------------------
+# The training loop: `one_update` repeated (PureJaxRL's shape).
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """What every update of a run uses and none changes: the settings and built parts, the compiled
+    update, the sampler and the collector, the run's writers, and (once resumed) the progress line and
+    the update the run ends at."""
+
+    settings: Run
+    built: Built
+    workdir: pathlib.Path
+    envs: envs_py.VectorEnv
+    learner: tuple[Callable, Callable[[], int]]  # (update_fn, its compile counter)
+    sampler: Sampler
+    collector: RolloutCollector
+    checkpointer: checkpoint_lib.RunCheckpointer
+    logger: run_logging.MetricsLogger
+    keeper: Any  # best_lib.BestProgramKeeper, or _NoBestProgram outside process 0
+    action_log: ActionLog
+    progress: Any = dataclasses.field(default_factory=NoProgress)  # RunProgress when shown
+    last_update: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopState:
+    """What one update hands the next: the train state, the rollouts' key, the run's records (a list
+    the updates append to), the target critic's head, the run's episodes, the last update's KL and the
+    watchdogs."""
+
+    state: TrainState
+    rollout_rng: jax.Array
+    records: list[dict[str, Any]]
+    target_head: Any
+    episodes: EpisodeStats
+    last_kl: float | None
+    watchdogs: Watchdogs
+
+
+def training_loop(settings: Run, workdir: pathlib.Path, built: Built, envs: envs_py.VectorEnv,
+                  show_progress: bool = True, max_updates: int | None = None) -> RunResult:
+    """The outer loop, from the last checkpoint (if any) to `total_env_steps`: `one_update` repeated,
+    each collecting a rollout with the current actor, running one compiled PPO update on it, logging
+    the record and saving a checkpoint."""
+    loop, state = start_loop(settings, workdir, built, envs, show_progress)
+    updates_this_call = 0
+    try:
+        loop, carry = resumed(loop, state, show_progress)
+        while loop.collector.env_steps < settings.total_env_steps and \
+                (max_updates is None or updates_this_call < max_updates):
+            carry = one_update(loop, carry)
+            updates_this_call += 1
+    finally:
+        loop.progress.close()
+        loop.logger.close()
+        loop.checkpointer.close()
+    episodes = carry.episodes.state_dict()
+    records = carry.records
+    if settings.plot and records and built.placement.primary:
+        run_logging.plot_curves(records, workdir / "curves.png", episodes)
+    finished = bool(records) and records[-1]["env_steps"] >= settings.total_env_steps
+    return RunResult(workdir, records, carry.state, episodes, loop.keeper.best, finished, settings)
+
+
+def start_loop(settings: Run, workdir: pathlib.Path, built: Built, envs: envs_py.VectorEnv,
+               show_progress: bool) -> tuple[Loop, TrainState]:
+    """The run's `Loop` (the compiled update, the sampler, the collector on this process's threads, the
+    writers) and the initial train state."""
     placement, method, rconfig, seeds = built.placement, built.method, built.rollout, built.seeds
     if show_progress:
-        describe_placement(config, placement)
+        describe_placement(settings, placement)
     update_fn, update_compiles, state = placement.learner(built.graph, method, built.learner, built.params,
                                                           seeds.learner)
     sampler = placement.sampler(built.graph, built.frozen, built.params, rconfig.prompt_buckets)
@@ -198,7 +271,6 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
     warning = vocabulary_warning(built.tokenizer, collector.observations)
     if warning and placement.primary:
         print(warning, file=sys.stderr, flush=True)
-    settings = built.settings
     placement.own_threads(collector, settings.rollout.num_threads, settings.seed)
     checkpointer = checkpoint_lib.RunCheckpointer(workdir, settings.keep_checkpoints)
     logger = run_logging.MetricsLogger(workdir, tensorboard=settings.tensorboard and placement.primary,
@@ -206,83 +278,134 @@ def training_loop(config: ml_collections.ConfigDict, workdir: pathlib.Path, buil
     keeper = best_lib.BestProgramKeeper(workdir, settings.env.name, settings.env.kwargs) if placement.primary \
         else _NoBestProgram()
     action_log = ActionLog(workdir, enabled=settings.log_actions, primary=placement.primary)
-    total, progress = settings.total_env_steps, NoProgress()
-    try:
-        state, rollout_rng, records = restore(checkpointer, state, collector, envs, logger, placement, seeds.rollout,
-                                              workdir, say=print if show_progress else None)
-        action_log.truncate_after(int(state.update_step))  # a killed run's update in flight is run again
+    loop = Loop(settings, built, workdir, envs, (update_fn, update_compiles), sampler, collector, checkpointer,
+                logger, keeper, action_log)
+    return loop, state
+
+
+def resumed(loop: Loop, state: TrainState, show_progress: bool) -> tuple[Loop, LoopState]:
+    """The loop and the first update's `LoopState` from the newest checkpoint (`resume.restore`; the
+    initial `state` without one): the action log cut to it, a fresh target critic, the finished marker
+    removed while steps remain, the progress line and the watchdogs' streaks as the records left them."""
+    settings, collector, placement, workdir = loop.settings, loop.collector, loop.built.placement, loop.workdir
+    total = settings.total_env_steps
+    state, rollout_rng, records = restore(loop.checkpointer, state, collector, loop.envs, loop.logger, placement,
+                                          loop.built.seeds.rollout, workdir, say=print if show_progress else None)
+    loop.action_log.truncate_after(int(state.update_step))  # a killed run's update in flight is run again
+    target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
+    if collector.env_steps < total and placement.primary:
+        (workdir / rundir.FINISHED_FILE).unlink(missing_ok=True)
+    episodes = run_stats(collector.stats)  # the whole run's episodes (all processes')
+    progress = RunProgress(total, collector.env_steps, f"{settings.method} {settings.env.name}") if show_progress \
+        else NoProgress()
+    last_update = final_update(settings, int(state.update_step), collector.env_steps, total)
+    loop = dataclasses.replace(loop, progress=progress, last_update=last_update)
+    watchdogs = Watchdogs.resumed(settings, records)
+    return loop, LoopState(state, rollout_rng, records, target_head, episodes, None, watchdogs)
+
+
+def one_update(loop: Loop, carry: LoopState) -> LoopState:
+    """One update: a rollout with the current actor, its learning (`learn_or_count`, against the target
+    critic when there is one), the target critic's copy, the record logged, a checkpoint, the progress
+    line and the watchdogs (which may stop the run)."""
+    settings, collector, sampler, progress = loop.settings, loop.collector, loop.sampler, loop.progress
+    before, sampler_flops = dict(collector.timings), sampler.matmul_flops
+    episodes_before, counters_before = len(carry.episodes.finished_returns), carry.episodes.counters()
+    tallies_before = carry.episodes.program_tallies()  # DataSciCoding: estimators and failure stages
+    rollout_rng, steps, next_prompts = collect_rollout(loop, carry)
+    episodes = run_stats(collector.stats)
+    progress.phase(f"update {int(carry.state.update_step) + 1}/{loop.last_update}: learning")
+    critic = settings.critic.target_update_every
+    value_head = carry.target_head if critic > 0 else carry.state.params["head"]
+    state, learned, learn_seconds = learn_or_count(settings, loop.built, loop.learner, carry.state, value_head,
+                                                   steps, next_prompts, (sampler, sampler_flops))
+    seconds = {"sampling": collector.timings["sampling"] - before["sampling"],
+               "env": collector.timings["env"] - before["env"], **learn_seconds}
+    update = int(state.update_step)
+    target_head = carry.target_head
+    if critic > 0 and update % critic == 0:
         target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
-        if collector.env_steps < total and placement.primary:
-            (workdir / rundir.FINISHED_FILE).unlink(missing_ok=True)
-        run_episodes = run_stats(collector.stats)  # the whole run's episodes (all processes')
-        if show_progress:
-            progress = RunProgress(total, collector.env_steps, f"{settings.method} {settings.env.name}")
-        last_update = final_update(settings, int(state.update_step), collector.env_steps, total)
-        last_kl: float | None = None
-        nonfinite_streak = trailing_nonfinite_updates(records)
-        silent_streak = trailing_silent_updates(records)
-        updates_this_call = 0
-        while collector.env_steps < total and (max_updates is None or updates_this_call < max_updates):
-            before, sampler_flops = dict(collector.timings), sampler.matmul_flops
-            episodes_before, counters_before = len(run_episodes.finished_returns), run_episodes.counters()
-            tallies_before = run_episodes.program_tallies()  # DataSciCoding: estimators and failure stages
-            update_in_flight = int(state.update_step) + 1
-            progress.phase(f"update {update_in_flight}/{last_update}: rollout")
-            rollout_rng, collect_rng = jax.random.split(rollout_rng)
+    record = {"update": update, "env_steps": collector.env_steps,
+              **episode_summary(episodes, since=episodes_before),
+              **step_summary(episodes, counters_before), **program_summary(episodes, tallies_before),
+              **learned,
+              **{f"seconds_{phase}": value for phase, value in seconds.items()},
+              "peak_rss_mb": memory_lib.peak_rss_mb()}
+    loop.logger.log(record)
+    carry.records.append(record)
+    save_update(loop, state, rollout_rng, carry.records)
+    last_kl = record.get("approx_kl")
+    progress.show(run_logging.progress_postfix(episodes.state_dict(), last_kl,
+                                               nonfinite_steps=run_logging.count_nonfinite_steps(carry.records)))
+    say = progress.note if loop.built.placement.primary else _say_nothing
+    watchdogs = carry.watchdogs.after(record, steps, say)
+    return LoopState(state, rollout_rng, carry.records, target_head, episodes, last_kl, watchdogs)
 
-            def on_step(new_steps):
-                progress.advance(new_steps, run_logging.progress_postfix(
-                    run_episodes.state_dict(), last_kl, nonfinite_steps=run_logging.count_nonfinite_steps(records)))
 
-            def on_results(results, first_env_step, actions):
-                keeper.offer(results, first_env_step, update_in_flight)
-                action_log.append(update_in_flight, first_env_step, actions, results)
+def collect_rollout(loop: Loop, carry: LoopState) -> tuple[jax.Array, list[list[StepRecord]], list[list[int]]]:
+    """(the next rollout key, the steps, the next prompts) of one rollout with the current actor, each
+    step's results offered to the best-program keeper and the action log."""
+    progress, sampler = loop.progress, loop.sampler
+    update_in_flight = int(carry.state.update_step) + 1
+    progress.phase(f"update {update_in_flight}/{loop.last_update}: rollout")
+    rollout_rng, collect_rng = jax.random.split(carry.rollout_rng)
 
-            sampler.set_lora(hosts.local_copy(state.params["actor"]))
-            steps, next_prompts = collector.collect(placement.rollout_key(collect_rng), on_step, on_results)
-            sampler.release_copies()  # learning runs without the sampler's per-layer copies of the base
-            run_episodes = run_stats(collector.stats)
-            progress.phase(f"update {update_in_flight}/{last_update}: learning")
-            value_head = target_head if settings.critic.target_update_every > 0 else state.params["head"]
-            state, learned, learn_seconds = learn_or_count(config, built, (update_fn, update_compiles), state,
-                                                           value_head, steps, next_prompts, (sampler, sampler_flops))
-            seconds = {"sampling": collector.timings["sampling"] - before["sampling"],
-                       "env": collector.timings["env"] - before["env"], **learn_seconds}
-            update = int(state.update_step)
-            if settings.critic.target_update_every > 0 and update % settings.critic.target_update_every == 0:
-                target_head = jax.tree.map(jnp.copy, state.params["head"])  # a copy: the state is donated
-            record = {"update": update, "env_steps": collector.env_steps,
-                      **episode_summary(run_episodes, since=episodes_before),
-                      **step_summary(run_episodes, counters_before), **program_summary(run_episodes, tallies_before),
-                      **learned,
-                      **{f"seconds_{phase}": value for phase, value in seconds.items()},
-                      "peak_rss_mb": memory_lib.peak_rss_mb()}
-            logger.log(record)
-            records.append(record)
-            updates_this_call += 1
-            if update % settings.checkpoint_every == 0 or collector.env_steps >= total:
-                progress.phase(f"update {update}/{last_update}: saving")
-                checkpointer.save(update, state, checkpoint_meta(update, collector, envs, rollout_rng, records))
-            if collector.env_steps >= total and placement.primary:
-                rundir.write_finished_marker(workdir, records[-1], total)
-            last_kl = record.get("approx_kl")
-            progress.show(run_logging.progress_postfix(run_episodes.state_dict(), last_kl,
-                                                       nonfinite_steps=run_logging.count_nonfinite_steps(records)))
-            silent_streak = silent_streak + 1 if record.get("groups_with_signal") == 0 else 0
-            if silent_streak == SILENT_GROUP_UPDATES and placement.primary:
-                progress.note(silent_groups_warning(settings, silent_streak, record))
-            nonfinite_streak = nonfinite_streak + 1 if record.get("nonfinite_steps") else 0
-            if nonfinite_streak >= settings.max_nonfinite_updates:
-                raise NonFiniteUpdatesError(nonfinite_stop_message(settings, record, nonfinite_streak, steps))
-    finally:
-        progress.close()
-        logger.close()
-        checkpointer.close()
-    episodes = run_episodes.state_dict()
-    if settings.plot and records and placement.primary:
-        run_logging.plot_curves(records, workdir / "curves.png", episodes)
-    finished = bool(records) and records[-1]["env_steps"] >= total
-    return RunResult(workdir, records, state, episodes, keeper.best, finished)
+    def on_step(new_steps):
+        progress.advance(new_steps, run_logging.progress_postfix(
+            carry.episodes.state_dict(), carry.last_kl,
+            nonfinite_steps=run_logging.count_nonfinite_steps(carry.records)))
+
+    def on_results(results, first_env_step, actions):
+        loop.keeper.offer(results, first_env_step, update_in_flight)
+        loop.action_log.append(update_in_flight, first_env_step, actions, results)
+
+    sampler.set_lora(hosts.local_copy(carry.state.params["actor"]))
+    steps, next_prompts = loop.collector.collect(loop.built.placement.rollout_key(collect_rng), on_step, on_results)
+    sampler.release_copies()  # learning runs without the sampler's per-layer copies of the base
+    return rollout_rng, steps, next_prompts
+
+
+def save_update(loop: Loop, state: TrainState, rollout_rng: jax.Array, records: list[dict[str, Any]]) -> None:
+    """The update's checkpoint (every `checkpoint_every` updates and the last) and, when the run has
+    reached `total_env_steps`, the finished marker."""
+    collector, total, update = loop.collector, loop.settings.total_env_steps, records[-1]["update"]
+    if update % loop.settings.checkpoint_every == 0 or collector.env_steps >= total:
+        loop.progress.phase(f"update {update}/{loop.last_update}: saving")
+        loop.checkpointer.save(update, state, checkpoint_meta(update, collector, loop.envs, rollout_rng, records))
+    if collector.env_steps >= total and loop.built.placement.primary:
+        rundir.write_finished_marker(loop.workdir, records[-1], total)
+
+
+def _say_nothing(line: str) -> None:
+    del line
+
+
+@dataclasses.dataclass(frozen=True)
+class Watchdogs:
+    """The two streaks a run watches over its updates: updates in a row with minibatch steps skipped as
+    non-finite (the run stops at `max_nonfinite_updates`) and a group method's updates in a row without
+    an episode group of differing returns (a warning at `SILENT_GROUP_UPDATES`)."""
+
+    settings: Run
+    nonfinite: int = 0
+    silent: int = 0
+
+    @classmethod
+    def resumed(cls, settings: Run, records: list[dict[str, Any]]) -> Watchdogs:
+        """The streaks as a resumed run's `records` left them."""
+        return cls(settings, trailing_nonfinite_updates(records), trailing_silent_updates(records))
+
+    def after(self, record: dict[str, Any], steps: list[list[StepRecord]], say) -> Watchdogs:
+        """The streaks with the update of `record` (and of the rollout `steps`): `say` gets the silent
+        groups' warning the update the streak reaches `SILENT_GROUP_UPDATES`; NonFiniteUpdatesError
+        (`nonfinite_stop_message`) once `max_nonfinite_updates` updates in a row had non-finite steps."""
+        silent = self.silent + 1 if record.get("groups_with_signal") == 0 else 0
+        if silent == SILENT_GROUP_UPDATES:
+            say(silent_groups_warning(self.settings, silent, record))
+        nonfinite = self.nonfinite + 1 if record.get("nonfinite_steps") else 0
+        if nonfinite >= self.settings.max_nonfinite_updates:
+            raise NonFiniteUpdatesError(nonfinite_stop_message(self.settings, record, nonfinite, steps))
+        return Watchdogs(self.settings, nonfinite, silent)
 
 
 def trailing_nonfinite_updates(records: list[dict[str, Any]]) -> int:
@@ -309,23 +432,20 @@ def nonfinite_stop_message(settings: Run, record: dict[str, Any], streak: int,
             f"ppo.critic_lr={settings.ppo.critic_lr:g}) or the precision (matmul_dtype={settings.matmul_dtype})")
 
 
-def join_processes(config: ml_collections.ConfigDict) -> None:
-    """Joins a multi-process run (`config.distributed`; nothing for one
-    process); TrainError (one line) when it cannot."""
+def join_processes(distributed) -> None:
+    """Joins a multi-process run (the run's `distributed` settings: `coordinator`, `num_processes`,
+    `process_id`; nothing for one process); TrainError (one line) when it cannot."""
     try:
-        hosts.initialize(typed(config).distributed)
+        hosts.initialize(distributed)
     except Exception as error:  # unreachable coordinator, JAX already started, no cluster detected, ...
-        where = config.distributed.coordinator
-        raise TrainError(f"cannot join the run's processes (distributed.coordinator {where!r}): "
+        raise TrainError(f"cannot join the run's processes (distributed.coordinator {distributed.coordinator!r}): "
                          f"{one_line(error)}") from None
 
 
-def build_envs(config: ml_collections.ConfigDict, num_envs: int | None = None,
-               seed: int | None = None) -> envs_py.VectorEnv:
+def build_envs(settings: Run, num_envs: int | None = None, seed: int | None = None) -> envs_py.VectorEnv:
     """The run's vector env (default: all `num_threads` threads, seeded by
-    `config.seed`; a process of a multi-process run builds its share);
+    `settings.seed`; a process of a multi-process run builds its share);
     TrainError (one line) for anything the user can fix (kwargs, data files)."""
-    settings = typed(config)
     try:
         return envs_py.VectorEnv(
             settings.env.name, settings.rollout.num_threads if num_envs is None else num_envs,
@@ -333,7 +453,7 @@ def build_envs(config: ml_collections.ConfigDict, num_envs: int | None = None,
             mode=settings.env.vector_mode, group_size=max(settings.rollout.group_size, 1), **settings.env.kwargs,
         )
     except Exception as error:  # construction runs user-chosen kwargs and data files: say what failed
-        raise TrainError(f"cannot build environment {config.env.name!r}: {one_line(error)}") from None
+        raise TrainError(f"cannot build environment {settings.env.name!r}: {one_line(error)}") from None
 
 
 def vocabulary_warning(tokenizer, observations: list[envs_py.Observation]) -> str | None:

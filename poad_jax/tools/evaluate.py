@@ -22,7 +22,6 @@ one error line and status 2 (never a NaN with status 0).
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import pathlib
 import shlex
@@ -38,7 +37,6 @@ from poad_jax.agent.rollout import RolloutCollector
 from poad_jax.run import best_program
 from poad_jax.run import config as config_lib
 from poad_jax.run.build import build_method
-from poad_jax.run.config import rollout_config
 from poad_jax.sampling import Sampler
 from poad_jax.tools.export import ExportError, load_trained_actor
 
@@ -66,39 +64,37 @@ class EvalResult:
 POLICIES = ("behaviour", "token")
 
 
-def policy_config(config, policy: str):
-    """`config` for playing `policy`. "behaviour": actions drawn as in training (the run's sampler and
+def policy_config(run: config_lib.Run, policy: str) -> config_lib.Run:
+    """The run's settings `run` for playing `policy`. "behaviour": actions drawn as in training (the run's sampler and
     exploration temperature). "token": drawn from the token policy the learner optimises,
     pi(w_j | o, w_<j) renormalised over the offered continuations (trie sampling at the run's
     temperature, no exploration). The same for TWOSOME, free-form actions and plain trie sampling."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     if policy == "behaviour":
-        return config
-    config = copy.deepcopy(config)
-    config.restricted_sampling, config.trie_explore_temperature = "trie", 0.0
-    return config
+        return run
+    rollout = dataclasses.replace(run.rollout, restricted_sampling="trie", trie_explore_temperature=0.0)
+    return dataclasses.replace(run, rollout=rollout)
 
 
-def policies_differ(config) -> bool:
+def policies_differ(run: config_lib.Run) -> bool:
     """Whether a run's behaviour is not its token policy (a token-level method that sampled from the
     action scores or explored)."""
-    run = config_lib.typed(config)
     return run.method != "twosome" and (
         run.rollout.restricted_sampling != "trie" or run.rollout.trie_explore_temperature > 0)
 
 
-def playing_collector(model, tokenizer, config, env_name: str, threads: int, greedy: bool, seed: int,
+def playing_collector(model, tokenizer, run: config_lib.Run, env_name: str, threads: int, greedy: bool, seed: int,
                       policy: str = "behaviour") -> RolloutCollector:
     """A collector that plays `policy` (`policy_config`) of the trained `model` on `threads` threads of
     `env_name`, one env step per `collect`, sampled at the run's temperature or greedy; the caller
     closes `collector.envs`."""
-    config = policy_config(config, policy)
-    method = build_method(config)
-    rconfig = rollout_config(config, tuple(tokenizer.eos_token_ids))
+    run = policy_config(run, policy)
+    method = build_method(run)
+    rconfig = config_lib.stopping_at(run.rollout, tuple(tokenizer.eos_token_ids))
     sampling = dataclasses.replace(rconfig.sampling, temperature=0.0 if greedy else rconfig.sampling.temperature)
     rconfig = dataclasses.replace(rconfig, sampling=sampling, num_threads=threads, rollout_length=1)
-    env = config_lib.typed(config).env
+    env = run.env
     kwargs = env.kwargs if env_name == env.name else {}
     try:
         envs = envs_py.VectorEnv(env_name, threads, seed=seed, mode=env.vector_mode, **kwargs)
@@ -108,12 +104,12 @@ def playing_collector(model, tokenizer, config, env_name: str, threads: int, gre
                             rconfig, seed=seed)
 
 
-def evaluate_env(model, tokenizer, config, env_name: str, episodes: int, greedy: bool, seed: int, max_steps: int,
+def evaluate_env(model, tokenizer, run: config_lib.Run, env_name: str, episodes: int, greedy: bool, seed: int, max_steps: int,
                  policy: str = "behaviour") -> EvalResult:
     """Plays `episodes` full episodes (threads in parallel) of `policy` (`policy_config`) and averages
     return and success."""
-    threads = min(episodes, config_lib.typed(config).rollout.num_threads)
-    collector = playing_collector(model, tokenizer, config, env_name, threads, greedy, seed, policy)
+    threads = min(episodes, run.rollout.num_threads)
+    collector = playing_collector(model, tokenizer, run, env_name, threads, greedy, seed, policy)
     rng = jax.random.key(seed)
     steps = 0
     try:
@@ -202,18 +198,18 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --episodes and --max-steps must be >= 1", file=sys.stderr)
         return 2
     try:
-        config, model, tokenizer, _ = load_trained_actor(pathlib.Path(args.workdir))
+        run, model, tokenizer, _ = load_trained_actor(pathlib.Path(args.workdir))  # the run's settings, typed
     except ExportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    names = expand_env_names(args.env or [config_lib.typed(config).env.name])
+    names = expand_env_names(args.env or [run.env.name])
     known = envs_py.registry()
     unknown = [n for n in names if n not in known]
     if unknown:
         print(f"error: unknown environment(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
         return 2
     modes = {"both": (False, True), "sampled": (False,), "greedy": (True,)}[args.mode]
-    if policies_differ(config):
+    if policies_differ(run):
         print("policy: the token policy the learner optimised (trie sampling, no exploration)"
               if args.policy == "token" else
               "policy: the behaviour that drew training's actions; --policy=token plays the token policy "
@@ -223,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         for greedy in modes:
             try:
-                results.append(evaluate_env(model, tokenizer, config, name, args.episodes, greedy, args.seed,
+                results.append(evaluate_env(model, tokenizer, run, name, args.episodes, greedy, args.seed,
                                             args.max_steps, args.policy))
             except ExportError as error:
                 print(f"error: {error}", file=sys.stderr)

@@ -71,8 +71,9 @@ def adapter_config(rank: int, alpha: float, targets: list[str], base_model: str)
 
 
 def load_trained_actor(workdir: pathlib.Path):
-    """(config, model with the trained actor LoRA, tokenizer, train state) of a run directory,
-    built from its `config.json` as the trainer builds it (`poad_jax.run.build`)."""
+    """(settings, model with the trained actor LoRA, tokenizer, train state) of a run directory,
+    built from its `config.json` as the trainer builds it (`poad_jax.run.build`).  The settings are
+    the stored config typed once (`run.config.typed`), here for both `export` and `evaluate`."""
     if (missing := missing_run_directory(workdir)) is not None:
         raise ExportError(missing)
     config_path = workdir / "config.json"
@@ -85,9 +86,9 @@ def load_trained_actor(workdir: pathlib.Path):
     if not checkpoint_lib.checkpoint_steps(workdir):
         raise ExportError(f"{workdir} has no checkpoint yet")
     try:
-        env_name = config_lib.typed(config).env.name
-        rundir.register_recorded_environment(workdir, env_name)  # a user's own environment
-        built = build(config)
+        run = config_lib.typed(config)
+        rundir.register_recorded_environment(workdir, run.env.name)  # a user's own environment
+        built = build(run)
     except TrainError as error:
         raise ExportError(str(error)) from None
     state = init_train_state(built.params, built.learner, jax.random.key(0))  # a template: restored below
@@ -104,7 +105,7 @@ def load_trained_actor(workdir: pathlib.Path):
         raise ExportError(str(error)) from None
     finally:
         checkpointer.close()
-    return config, merge_model(built.graph, built.frozen, state.params["actor"]), built.tokenizer, state
+    return run, merge_model(built.graph, built.frozen, state.params["actor"]), built.tokenizer, state
 
 
 def check_out_dir(out: pathlib.Path) -> None:
@@ -145,7 +146,7 @@ def export_peft(workdir: str | pathlib.Path, out: str | pathlib.Path, base_model
     from) replaces the base model it names (`peft_base_model`)."""
     workdir, out = pathlib.Path(workdir), pathlib.Path(out)
     check_out_dir(out)
-    config, model, _, _ = load_trained_actor(workdir)
+    run, model, _, _ = load_trained_actor(workdir)
     layers = model.layers
     lora_a = {name: np.asarray(value[...]) for name, value in layers.lora_a.items()}
     lora_b = {name: np.asarray(value[...]) for name, value in layers.lora_b.items()}
@@ -157,7 +158,7 @@ def export_peft(workdir: str | pathlib.Path, out: str | pathlib.Path, base_model
         raise ExportError(f"cannot create --out {out}: {error.strerror or error}") from None
     save_file(peft_tensors(lora_a, lora_b), str(out / "adapter_model.safetensors"))
     lora = model.lora_config
-    base, note = (base_model, None) if base_model else peft_base_model(config_lib.typed(config).model, workdir)
+    base, note = (base_model, None) if base_model else peft_base_model(run.model, workdir)
     if note:
         say(f"note: {note}")
     (out / "adapter_config.json").write_text(

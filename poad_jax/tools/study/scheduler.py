@@ -338,11 +338,10 @@ def cell_environment() -> tuple[pathlib.Path, dict[str, str]]:
     return caller, dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)))
 
 
-def staged(cell: Cell, run: config_lib.Run, up_to: int) -> Cell:
-    """The cell (`run`: its config typed, `config_lib.typed`) trained only up to `up_to` env steps (at
-    most its own total): a first pass."""
-    return dataclasses.replace(cell, overrides={**cell.overrides,
-                                                "total_env_steps": min(run.total_env_steps, up_to)})
+def staged(cell: Cell, total_env_steps: int, up_to: int) -> Cell:
+    """The cell (of `total_env_steps`) trained only up to `up_to` env steps (at most its own total): a
+    first pass."""
+    return dataclasses.replace(cell, overrides={**cell.overrides, "total_env_steps": min(total_env_steps, up_to)})
 
 
 def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool = True,
@@ -366,9 +365,13 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
     """
     cells = grid(study)
     configs = {cell.name: cell_config(study, cell) for cell in cells}  # validates every cell first
+    # each cell's settings typed once (`config_lib.typed`): the study needs their env steps; the cells'
+    # ConfigDicts stay, as the trainers' command lines, their resume checks and warnings read them
+    totals = {name: config_lib.typed(config).total_env_steps for name, config in configs.items()}
     if up_to is not None:
-        cells = [staged(cell, config_lib.typed(configs[cell.name]), up_to) for cell in cells]
+        cells = [staged(cell, totals[cell.name], up_to) for cell in cells]
         configs = {cell.name: cell_config(study, cell) for cell in cells}
+        totals = {cell.name: cell.overrides["total_env_steps"] for cell in cells}
         reuse = False
     to_run = cells
     if seeds is not None:
@@ -390,7 +393,7 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
     with study_lock_dir(workdir):
         prepare_workdir(study, workdir, cells)
         deadline = None if finish_within is None else time.monotonic() + finish_within
-        return CellRunner(study, workdir, to_run, configs, workers, log, deadline).run(reuse)
+        return CellRunner(study, workdir, to_run, configs, totals, workers, log, deadline).run(reuse)
 
 
 def cell_warnings(study: Study, cells: list[Cell], configs: dict[str, ml_collections.ConfigDict]) -> list[str]:
@@ -484,10 +487,10 @@ class CellRunner:
     """
 
     def __init__(self, study: Study, workdir: pathlib.Path, cells: list[Cell], configs: dict[str, Any],
-                 workers: int, log, deadline: float | None = None) -> None:
+                 totals: dict[str, int], workers: int, log, deadline: float | None = None) -> None:
         self.study, self.workdir, self.cells, self.configs = study, workdir, cells, configs
         self.workers, self.log = workers, log
-        self.totals = {name: config_lib.typed(config).total_env_steps for name, config in configs.items()}
+        self.totals = totals  # each cell's total_env_steps
         self.pending: list[Cell] = []
         self.running: dict[str, _Trainer] = {}
         self.status: dict[str, str] = {}
