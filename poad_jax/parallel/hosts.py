@@ -33,8 +33,9 @@ ENV_SEED_STRIDE = 1_000_000
 
 
 def initialize(block: Any) -> bool:
-    """Joins the run's processes per the run's typed `distributed` section (`run.config.typed`); True
-    if this is a multi-process run.
+    """Joins the run's processes per the run's `distributed` settings (`coordinator`, `num_processes`,
+    `process_id`: the trainer passes its checked config's section, as it joins before it types the
+    config); True if this is a multi-process run.
 
     `coordinator`: "" (one process: nothing is called), "host:port" (process
     0's address; `num_processes` and `process_id` say who this is), or
