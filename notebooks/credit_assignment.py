@@ -89,6 +89,7 @@ import envs_py
 from poad_jax.core import gae as gae_lib
 from poad_jax.run import train
 from poad_jax.run import build
+from poad_jax.run import config as config_lib
 from poad_jax.run import cli
 from poad_jax.agent.methods import make_method
 from poad_jax.core.critic_config import CriticConfig
@@ -107,6 +108,7 @@ def toy_config():
 
 
 CONFIG = toy_config()
+RUN = config_lib.typed(CONFIG)  # the config typed once, as each command types its own
 GAMMA = CONFIG.ppo.gamma  # discount between actions
 LAM = CONFIG.ppo.lam  # GAE lambda
 METHODS = ("poad", "ntpo", "twosome")
@@ -126,7 +128,7 @@ print(f"gamma = {GAMMA}, lambda = {LAM}, NTPO gamma_w = {make_method('ntpo', GAM
 env = envs_py.make("toy/decisive_token", **dict(CONFIG.env.kwargs))
 observation = env.reset(seed=0)
 ACTIONS = observation.actions
-_, TOKENIZER = build.load_model(CONFIG)
+_, TOKENIZER = build.load_model(RUN)
 ACTION_TOKENS = [TOKENIZER.encode(" " + action) for action in ACTIONS]  # raw prompts: a space before the action
 WORDS = [TOKENIZER.decode([t]).strip() for t in ACTION_TOKENS[0]]
 N_TOKENS = len(WORDS)
@@ -472,7 +474,7 @@ def prompt_tokens(step: int) -> list[int]:
     return TOKENIZER.encode(observation.text)
 
 
-MODEL, _ = build.load_model(CONFIG)  # same seed, same frozen base as the runs
+MODEL, _ = build.load_model(RUN)  # same seed, same frozen base as the runs
 GRAPH, FROZEN, PARAMS = split_policy(
     MODEL, ValueHead(MODEL.config.hidden_size, CriticConfig(hidden_sizes=CONFIG.critic.hidden_sizes),
                      rngs=nnx.Rngs(CONFIG.seed + 1))

@@ -87,7 +87,7 @@ def test_the_group_method_holds_the_declared_group_settings_and_one_group_size(s
     config = config_lib.default_config()
     config.method, config.group.size, config.group.omega, config.ppo.gamma = "gigpo", size, 0.5, 0.9
     run = config_lib.typed(config)
-    group = build.build_method(config).group
+    group = build.build_method(run).group
     assert group.config == run.group and (group.kind, group.gamma) == ("gigpo", 0.9)
     assert group.size == run.rollout.group_size == expected
 
@@ -106,7 +106,7 @@ def test_the_value_head_is_built_from_the_declared_critic_settings():
     config.critic.hidden_sizes, config.critic.bias, config.critic.init = [8, 4], False, "torch"
     assert config_lib.typed(config).critic == CriticConfig(hidden_sizes=(8, 4), bias=False, init="torch")
     model, _ = tiny_random_model(seed=0)
-    head = build.build_value_head(model, config, 0)
+    head = build.build_value_head(model, config_lib.typed(config), 0)
     shapes = [layer.kernel[...].shape for layer in [*head.hidden_layers, head.out]]
     assert shapes == [(model.config.hidden_size, 8), (8, 4), (4, 1)]
     assert all(layer.bias is None for layer in [*head.hidden_layers, head.out])
@@ -209,7 +209,7 @@ def test_the_model_is_loaded_with_the_configs_lora_as_it_is(monkeypatch):
     config.model, config.lora.rank, config.lora.alpha, config.lora.targets = "tiny-random", 4, 2, ["q_proj"]
     seen = {}
     monkeypatch.setattr(build, "tiny_random_model", lambda **options: seen.update(options))
-    build.load_model(config)
+    build.load_model(config_lib.typed(config))
     assert seen["lora"] == config_lib.typed(config).lora
     assert (seen["lora"].rank, seen["lora"].alpha, seen["lora"].targets) == (4, 2.0, ("q_proj",))
 
