@@ -246,7 +246,7 @@ def test_the_methods_read_their_settings_as_declared_beside_them():
     config.gamma_w, config.share_prompt = 0.5, False
     run = config_lib.typed(config)
     assert run.scheme == MethodConfig(gamma_w=0.5, share_prompt=False)
-    assert (run.gamma_w, run.share_prompt) == (0.5, False)
+    assert (run.scheme.gamma_w, run.scheme.share_prompt) == (0.5, False)
 
 
 def test_evaluation_acts_with_the_method_the_run_trained(tmp_path, monkeypatch):

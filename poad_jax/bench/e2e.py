@@ -196,7 +196,7 @@ def prepare_config(config, updates: int, share_prompt: bool) -> int:
     config.tensorboard = False
     config.plot = False
     config.checkpoint_every = 10**9
-    config.share_prompt = run.share_prompt and share_prompt
+    config.share_prompt = run.scheme.share_prompt and share_prompt
     return steps_per_update
 
 
@@ -236,7 +236,7 @@ def print_table(run, records: list[dict], cold: dict, warm: dict | None, total_s
     memory and compilations."""
     peak = max(r["peak_rss_mb"] for r in records)
     sharing = "" if run.method != "twosome" else (
-        ", prompt shared" if run.share_prompt else ", per-candidate prompts")
+        ", prompt shared" if run.scheme.share_prompt else ", per-candidate prompts")
     print(f"e2e: {run.name} ({run.env.name}), model {run.model}, method {run.method}{sharing}, "
           f"matmuls {run.matmul_dtype}, "
           f"{run.rollout.num_threads} threads x {run.rollout.rollout_length} steps per update, "
@@ -285,7 +285,7 @@ def run_summary(run, records: list[dict], cold: dict, warm: dict | None, roof: d
         "config": run.name,
         "model": run.model,
         "method": run.method,
-        "share_prompt": run.share_prompt,
+        "share_prompt": run.scheme.share_prompt,
         "matmul_dtype": run.matmul_dtype,
         "s_per_1k_env_steps": round(headline["s_per_1k_env_steps"], 2),
         "warm": warm is not None,

@@ -41,7 +41,6 @@ from poad_jax.agent.methods import GROUP_METHODS, GroupRelative, Method, make_me
 from poad_jax.agent.rollout import RolloutConfig, RolloutCollector, StepRecord, merged_actor
 from poad_jax.core.policy import FrozenBase, PolicyGraph, ValueHead, split_policy
 from poad_jax.models import ModelLoadError, load
-from poad_jax.models.llama import LoraConfig
 from poad_jax.models.loading import EMBEDDED_MODELS
 from poad_jax.models.tiny import tiny_random_model
 from poad_jax.parallel import hosts

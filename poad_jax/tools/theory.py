@@ -31,7 +31,7 @@ def save_or_take_optimum(config) -> float:
     `synthetic/save_or_take` with this trainer config (deterministic transitions)."""
     run = config_lib.typed(config)
     kwargs = run.env.kwargs
-    gamma_w = None if run.gamma_w < 0 else run.gamma_w
+    gamma_w = None if run.scheme.gamma_w < 0 else run.scheme.gamma_w
     g = per_action_discount(run.method, run.ppo.gamma, gamma_w, int(kwargs.get("action_length", 4)))
     return optimal_return(g, int(kwargs.get("horizon", 4)), float(kwargs.get("take_reward", 0.5)),
                           float(kwargs.get("save_reward", 1.0)))

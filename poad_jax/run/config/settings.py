@@ -177,16 +177,6 @@ class Run:
         False, "write every env step's action text, reward and env info to actions.jsonl (e.g. the programs)",
         resumable="outputs")
 
-    @property
-    def gamma_w(self) -> float:
-        """`config.gamma_w`, by the name the config gives it (declared in `scheme`, `MethodConfig`)."""
-        return self.scheme.gamma_w
-
-    @property
-    def share_prompt(self) -> bool:
-        """`config.share_prompt`, by the name the config gives it (declared in `scheme`, `MethodConfig`)."""
-        return self.scheme.share_prompt
-
 
 def as_config_dict(cls: type) -> ml_collections.ConfigDict:
     """The ConfigDict of `cls`'s declared defaults, in declaration order: sub-sections as sub-trees,
