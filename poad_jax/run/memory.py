@@ -16,7 +16,8 @@ phase of an update adds on top (docs/performance.md, "Where a DataSciCoding run'
   moments;
 - sampling: the KV cache, 2 x layers x KV heads x head size x rows x (prompt + new tokens) in the cache dtype;
 - behaviour pass and learner: each pass's rows times its length times the per-layer activations it keeps
-  (`remat`; the learner also about one more copy of the layer matrices, measured), plus one row's float32
+  (`remat`; the learner also about one more copy of the layer matrices and what the behaviour pass leaves
+  resident, measured), plus one row's float32
   logits over the vocabulary at a piece of its action tokens, `LOGIT_BUFFERS` of them
   (`core.policy.rowwise_policy_terms`: one device; on a mesh every row's at once).
 
@@ -201,7 +202,7 @@ def pass_bytes(config: Any, g: Geometry, stored: int, shares: Shares) -> tuple[i
 
         behaviour = rows x length x one layer's working set + logits x LOGIT_BUFFERS (old log-probs recomputed)
         learner   = micro-batch rows x length x (kept activations + 2 x one layer) + logits x
-                    GRADIENT_LOGIT_BUFFERS + one more copy of the layer matrices (measured)
+                    GRADIENT_LOGIT_BUFFERS + one more copy of the layer matrices + behaviour (measured)
 
     rows are the device's (/ shares.rows); the widths of heads, MLP and vocabulary its share (/ tensor);
     logits are one piece of a row's on one device (`rowwise_policy_terms`), every row's on a mesh.
@@ -221,12 +222,13 @@ def pass_bytes(config: Any, g: Geometry, stored: int, shares: Shares) -> tuple[i
     piece_logits = row_logits // output_pieces(new)  # one device: a piece of a row at a time
     behaviour_logits, learner_logits = (piece_logits, piece_logits) if shares.devices == 1 else \
         (rows * row_logits, learner_rows * row_logits)
-    # beyond XLA's temporaries, the learner's phase holds about one more copy of the layer matrices (measured
-    # 764-770 MiB above them with `remat` dots and full, against 684 MiB of matrices: docs/performance.md)
-    learner = learner_rows * length * (kept + 2 * one_layer) + learner_logits * GRADIENT_LOGIT_BUFFERS \
-        + g.layer_matrix_params() * stored // shares.weights
     behaviour = rows * length * one_layer + (behaviour_logits * LOGIT_BUFFERS
                                              if config.behaviour_logprobs != "sampler" else 0)
+    # the learner's phase also holds about one more copy of the layer matrices (XLA's temporaries at full:
+    # 1 338 MiB of which 654 activations and logits), and what the behaviour pass leaves resident in the heap
+    # (1 258 MiB measured after it, against its 823 MiB here: docs/performance.md)
+    learner = learner_rows * length * (kept + 2 * one_layer) + learner_logits * GRADIENT_LOGIT_BUFFERS \
+        + g.layer_matrix_params() * stored // shares.weights + behaviour
     return behaviour, learner
 
 
