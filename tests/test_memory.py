@@ -201,9 +201,9 @@ def test_a_safetensors_file_reads_tensor_by_tensor_as_the_safetensors_package_do
 
 
 def test_the_rowwise_policy_terms_equal_the_whole_batchs_and_so_do_their_gradients():
-    """The output layer row by row (`rowwise_policy_terms`, what every pass runs on one device) computes each
-    row's log-probs and entropies as the whole batch's logits do, to float32 rounding of the log-softmax's
-    sums, and its gradient likewise; the logits themselves are equal bit for bit."""
+    """The output layer row by row, or in pieces of a row (`rowwise_policy_terms`, what every pass runs on one
+    device) computes each token's log-probs and entropies as the whole batch's logits do, to float32 rounding
+    of the log-softmax's sums, and its gradient likewise; the logits themselves are equal bit for bit."""
     import jax
     import jax.numpy as jnp
 
