@@ -71,9 +71,11 @@ def get_config():
     config.ppo.critic_lr = 5e-5
     config.ppo.num_minibatches = 2
     config.ppo.accumulation_steps = 2  # micro-batches of 2 rows bound activation memory
-    # The layer scan keeps its matmuls' outputs for the backward pass: the learner 1.22x, the warm loop 1.11x
-    # against recomputing them ("full"), peak 8.2 against 6.6 GiB (issue 41, docs/performance.md).
-    config.remat = "dots"
+    # The layer scan keeps one hidden state a layer and recomputes the rest in the backward pass: the default
+    # job peaks at 4.2 GB, under the 5 GB a CPU run is to fit (issue 81), where keeping every matmul's output
+    # ("dots", 1.22x faster learner, 1.11x warm loop) peaked at 6.8 GB (docs/performance.md, "Where a
+    # DataSciCoding run's memory goes").
+    config.remat = "full"
     # The task text every prompt begins with is encoded once per pass, and no pass runs the rows' padding: the
     # behaviour pass 1.84x, the learner 1.43x, the warm loop 1.21x (issue 41, docs/performance.md); a prompt
     # several threads share is prefilled once (fewer FLOPs, no measurable time: decoding is the sampler's cost).

@@ -21,6 +21,8 @@ import time
 from absl import app, flags
 from ml_collections import config_flags
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # this checkout's poad_jax, not the installed one
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "the run's config file", lock_config=False)
 _ANALYSIS = flags.DEFINE_bool("analysis", False, "add XLA's memory analysis of the compiled update")
 _AGAIN = flags.DEFINE_bool("again", False, "run the learner's update a second time, on the same batch")

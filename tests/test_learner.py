@@ -200,6 +200,32 @@ def test_update_compiles_once_and_changes_params():
         assert np.isfinite(float(metrics[key])), key
 
 
+def test_micro_batches_change_the_update_only_by_the_order_of_float_sums():
+    """Gradient accumulation over k micro-batches (`accumulation_steps`, what bounds the learner's activation
+    memory) sums each micro-batch's weighted terms: the minibatch's loss, statistics and gradient are the whole
+    minibatch's (k = 1) to float32 rounding of the sums' order, and so are one update's metrics."""
+    from poad_jax.agent.learner import UpdateContext, minibatch_gradients, update_batch
+
+    graph, frozen, params, method, batch, _ = collect_batch("poad")
+    outputs, metrics = {}, {}
+    for micro in (1, 2, 4):
+        config = learner_config(gamma=0.95, num_minibatches=2, accumulation_steps=micro, epochs=1)
+        context = UpdateContext(graph, method, config)
+        state = init_train_state(params, config, jax.random.key(0))
+        index = jnp.arange(8).reshape(1, 8)
+        outputs[micro] = jax.jit(lambda s, f, b: minibatch_gradients(s, index, f, update_batch(b, context),
+                                                                     context)[:3])(state, frozen, batch)
+        fresh = init_train_state(jax.tree.map(jnp.copy, params), config, jax.random.key(0))  # the update donates it
+        metrics[micro] = jit_update(graph, method, config)[0](fresh, frozen, batch)[1]
+    reference = jax.tree.leaves(outputs[1])
+    for micro in (2, 4):
+        for got, expected in zip(jax.tree.leaves(outputs[micro]), reference):
+            np.testing.assert_allclose(got, expected, rtol=2e-5, atol=1e-7, err_msg=f"{micro} micro-batches")
+        for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "actor_grad_norm", "critic_grad_norm"):
+            np.testing.assert_allclose(metrics[micro][key], metrics[1][key], rtol=2e-5, atol=1e-7, err_msg=key)
+    assert max(float(jnp.abs(g).max()) for g in jax.tree.leaves(outputs[1][2]['actor'])) > 0  # a gradient to compare
+
+
 def test_kl_threshold_skips_minibatches():
     graph, frozen, params, method, batch, _ = collect_batch("poad")
     config = learner_config(gamma=0.95, num_minibatches=2, epochs=3, actor_lr=1.0, target_kl=1e-9)

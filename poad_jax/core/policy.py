@@ -219,8 +219,8 @@ def action_policy_terms(
     """`token_policy_terms` `[N, A]` of softmax(logits / temperature) at each action column of
     `rows` `[N, P + A]` (one forward of the actor).
 
-    On one device the output layer and the softmax run one row at a time (`rowwise_policy_terms`): the
-    float32 logits `[A, V]` of one row exist at once, not `[N, A, V]` (1.2 GB per buffer for 8 of
+    On one device the output layer and the softmax run a piece of a row at a time (`rowwise_policy_terms`):
+    the float32 logits of at most `OUTPUT_CHUNK_TOKENS` tokens exist at once, not `[N, A, V]` (1.2 GB per buffer for 8 of
     DataSciCoding's rows over Qwen's 151 936 tokens); on a mesh (`graph.constrain`) the rows stay split
     over its devices as they are."""
     num_rows, length = rows.tokens.shape
@@ -237,22 +237,37 @@ def action_policy_terms(
     return terms
 
 
+OUTPUT_CHUNK_TOKENS = 64  # action tokens per step of the output layer: 64 x 151 936 float32 = 37 MiB a buffer (Qwen)
+
+
+def output_pieces(action_len: int, chunk: int = OUTPUT_CHUNK_TOKENS) -> int:
+    """p, the pieces a row's `action_len` action tokens split into for the output layer: the fewest equal
+    pieces of at most `chunk` tokens (p divides A; 1 where A <= chunk)."""
+    return next(p for p in range(max(-(-action_len // chunk), 1), action_len + 1) if action_len % p == 0)
+
+
 def rowwise_policy_terms(model, hidden: jax.Array, tokens: jax.Array, temperature: float,
-                         allowed_tokens: jax.Array | None, allowed_mask: jax.Array | None) -> TokenPolicyTerms:
-    """`token_policy_terms` `[N, A]` of the logits of `hidden [N, A, H]`, one row at a time (`lax.map`).
-    Each row's logits are recomputed in the backward pass (`jax.checkpoint`) rather than kept: what a
-    differentiated pass holds of the output layer is one row's `[A, V]`, not every row's and its
-    log-softmax.  Each row computes what the whole batch computes for it, so the terms are the same."""
+                         allowed_tokens: jax.Array | None, allowed_mask: jax.Array | None,
+                         chunk: int = OUTPUT_CHUNK_TOKENS) -> TokenPolicyTerms:
+    """`token_policy_terms` `[N, A]` of the logits of `hidden [N, A, H]`, one piece of a row at a time
+    (`lax.map` over `[N p, A / p]`, p = `output_pieces(A, chunk)`).  Each piece's logits are recomputed in the
+    backward pass (`jax.checkpoint`) rather than kept: what a differentiated pass holds of the output layer
+    is one piece's `[A / p, V]`, not every row's and its log-softmax.  Every term is a token's own (its
+    log-softmax over V), so each piece computes what the whole batch computes for its tokens."""
+    rows, action_len = tokens.shape
+    pieces = output_pieces(action_len, chunk)
+    split = lambda x: None if x is None else x.reshape(rows * pieces, action_len // pieces, *x.shape[2:])  # noqa: E731
 
     @jax.checkpoint
-    def one_row(row):
-        h, t, allowed, mask = row
+    def one_piece(piece):
+        h, t, allowed, mask = piece
         logits = model.logits(h[None]) / temperature
         terms = token_policy_terms(logits, t[None], None if allowed is None else allowed[None],
                                    None if mask is None else mask[None])
         return TokenPolicyTerms(*(term[0] for term in terms))
 
-    return jax.lax.map(one_row, (hidden, tokens, allowed_tokens, allowed_mask))
+    terms = jax.lax.map(one_piece, tuple(split(x) for x in (hidden, tokens, allowed_tokens, allowed_mask)))
+    return TokenPolicyTerms(*(term.reshape(rows, action_len) for term in terms))
 
 
 def action_logprobs(*args, **kwargs) -> tuple[jax.Array, jax.Array]:

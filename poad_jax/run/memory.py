@@ -7,7 +7,7 @@ phase of an update adds on top (docs/performance.md, "Where a DataSciCoding run'
            + max(the sampler's copy + its KV cache, the behaviour pass's activations, the learner's activations)
 
 - runtime: the interpreter with JAX, XLA's compiled programs, the tokenizer and the environments
-  (`RUNTIME_BYTES`, measured);
+  (`RUNTIME_BYTES`, measured), and a run that learns its learner's programs (`LEARNER_RUNTIME_BYTES`);
 - weights: the frozen base as stored (the layer matrices in the matmul dtype where it is lower than `dtype`,
   everything else in `dtype`);
 - sampler copy: the sampler's per-layer copies of the layer matrices (`Sampler(unstack_layers=True)`), one
@@ -16,9 +16,15 @@ phase of an update adds on top (docs/performance.md, "Where a DataSciCoding run'
   moments;
 - sampling: the KV cache, 2 x layers x KV heads x head size x rows x (prompt + new tokens) in the cache dtype;
 - behaviour pass and learner: each pass's rows times its length times the per-layer activations it keeps
-  (`remat`; the learner also about one more copy of the layer matrices, measured), plus one row's float32
-  logits over the vocabulary at its action tokens, `LOGIT_BUFFERS` of them (`core.policy.rowwise_policy_terms`:
-  one device; on a mesh every row's are held, not estimated here).
+  (`remat`; the learner also about one more copy of the layer matrices and what the behaviour pass leaves
+  resident, measured), plus one row's float32
+  logits over the vocabulary at a piece of its action tokens, `LOGIT_BUFFERS` of them
+  (`core.policy.rowwise_policy_terms`: one device; on a mesh every row's at once).
+
+A run that does not learn (`learn=False`) has no behaviour pass and no learner: its peak is the sampling's.
+On a mesh (`config.mesh`, `Shares`) the estimate is one device's share: the frozen base and the sampler's
+copy split over fsdp x tensor, the rows over data x fsdp, the heads, MLP columns and vocabulary over tensor;
+the runtime and the trainable state (replicated) are whole.
 
 Pure: reads the config and, for a model on disk, its config.json; loads no weights.
 """
@@ -31,8 +37,13 @@ import pathlib
 import resource
 from typing import Any
 
+from poad_jax.core.policy import output_pieces
+
 MIB = 2**20
-RUNTIME_BYTES = 600 * MIB  # Python, JAX, XLA, tokenizer, environments: the toy run peaks at 591 MiB (docs/performance.md)
+RUNTIME_BYTES = 420 * MIB  # Python, JAX, XLA, tokenizer, environments, the sampler's programs: the toy run
+# without learning (`learn=False`) peaks at 425 MiB
+LEARNER_RUNTIME_BYTES = 180 * MIB  # compiling and holding the behaviour pass's and the update's programs: the
+# toy run that learns peaks at 591 MiB (docs/performance.md)
 LOGIT_BUFFERS = 3  # float32 [rows, action tokens, vocabulary] buffers a pass holds at once (logits, log-softmax, exp)
 GRADIENT_LOGIT_BUFFERS = 8  # the learner's, recomputed in the backward pass with their cotangents (fits XLA's temporaries: docs/performance.md)
 PROMPT_TOKENS = 384  # a prompt's tokens (the settings give no bound; DataSciCoding's first prompts, its learner's shape)
@@ -86,6 +97,7 @@ class Expected:
     behaviour: int
     learner: int
     params: int  # the model's parameter count (for the line)
+    devices: int = 1  # the mesh's devices: every part but the runtime and trainable state is one device's share
 
     @property
     def phase(self) -> tuple[str, int]:
@@ -135,19 +147,45 @@ def model_geometry(model: str) -> Geometry | None:
         return None
 
 
-def expected_peak(config: Any, geometry: Geometry | None = None) -> Expected | None:
-    """`Expected` for a run's `config` (a ConfigDict with `matmul_dtype` resolved, or "auto" read as
-    bfloat16, the larger copy never being the case); None where the model's sizes are unknown."""
-    geometry = geometry or model_geometry(config.model)
-    if geometry is None:
-        return None
-    g, dtype = geometry, DTYPE_BYTES[config.dtype]
-    matmul = config.matmul_dtype if config.matmul_dtype in DTYPE_BYTES else "bfloat16"
-    stored = min(dtype, DTYPE_BYTES[matmul])
-    matrices = g.layer_matrix_params()
-    weights = (matrices + g.embedding_params()) * stored + g.vector_params() * dtype
-    # the decoder's per-layer copies (and a tied embedding's transpose: the output layer)
-    sampler_copy = (matrices + (g.vocab_size * g.hidden_size if g.tied_embeddings else 0)) * stored
+@dataclasses.dataclass(frozen=True)
+class Shares:
+    """How a mesh (`config.mesh`: data x fsdp x tensor devices) splits a run; all 1 on one device.
+
+    rows = data x fsdp (the batch rows), weights = fsdp x tensor (the frozen base), width = tensor (heads,
+    MLP columns, vocabulary); devices = data x fsdp x tensor.
+    """
+
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
+
+    @property
+    def rows(self) -> int:
+        return self.data * self.fsdp
+
+    @property
+    def weights(self) -> int:
+        return self.fsdp * self.tensor
+
+    @property
+    def devices(self) -> int:
+        return self.data * self.fsdp * self.tensor
+
+
+def mesh_shares(mesh: Any, devices: int | None = None) -> Shares:
+    """`Shares` of a config's mesh block; a -1 axis takes the `devices` the others leave, or 1 where
+    `devices` is None (the larger share: an estimate made before the devices are known errs high)."""
+    from poad_jax.parallel.sharding import MESH_AXES, mesh_shape
+
+    known = 1
+    for axis in MESH_AXES:
+        known *= max(int(mesh.get(axis, 1)), 1)
+    return Shares(*mesh_shape(mesh, devices if devices is not None else known))
+
+
+def trainable_bytes(config: Any, g: Geometry) -> int:
+    """LoRA (the actor's; a critic's too), the value head and its target, in float32: parameters, gradient
+    and Adam's two moments, 4 x 4 bytes a trainable parameter, and 4 a target-head parameter."""
     lora = config.lora.rank * g.num_layers * sum(
         g.hidden_size + (g.num_kv_heads * g.head_dim if t in ("k_proj", "v_proj") else
                          g.intermediate_size if t in ("gate_proj", "up_proj") else
@@ -156,26 +194,67 @@ def expected_peak(config: Any, geometry: Geometry | None = None) -> Expected | N
     sizes = (g.hidden_size, *config.critic.hidden_sizes, 1)
     head = sum(a * b for a, b in zip(sizes, sizes[1:]))
     critic_lora = lora if config.critic.kind == "lora" else 0
-    trainable = 4 * 4 * (lora + head + critic_lora) + 4 * head  # params, gradient, Adam's moments; target head
-    rows = config.num_threads * config.rollout_length
-    prompt = PROMPT_TOKENS
-    new = config.sampling.max_new_tokens
-    cache = DTYPE_BYTES[matmul] if stored < dtype else dtype
-    sampling = 2 * g.num_layers * g.num_kv_heads * g.head_dim * config.num_threads * (prompt + new) * cache
+    return 4 * 4 * (lora + head + critic_lora) + 4 * head
+
+
+def pass_bytes(config: Any, g: Geometry, stored: int, shares: Shares) -> tuple[int, int]:
+    """(behaviour pass, learner): what each adds at its peak on one device.
+
+        behaviour = rows x length x one layer's working set + logits x LOGIT_BUFFERS (old log-probs recomputed)
+        learner   = micro-batch rows x length x (kept activations + 2 x one layer) + logits x
+                    GRADIENT_LOGIT_BUFFERS + one more copy of the layer matrices + behaviour (measured)
+
+    rows are the device's (/ shares.rows); the widths of heads, MLP and vocabulary its share (/ tensor);
+    logits are one piece of a row's on one device (`rowwise_policy_terms`), every row's on a mesh.
+    Both 0 for a run that does not learn (`learn=False`)."""
+    if not config.get("learn", True):
+        return 0, 0
+    width = shares.tensor
+    rows = max(config.num_threads * config.rollout_length // shares.rows, 1)
     learner_rows = max(rows // (config.ppo.num_minibatches * config.ppo.accumulation_steps), 1)
-    length = prompt + new
-    q, kv, i = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim, g.intermediate_size
+    length = PROMPT_TOKENS + config.sampling.max_new_tokens
+    q, kv, i = g.num_heads * g.head_dim // width, g.num_kv_heads * g.head_dim // width, g.intermediate_size // width
     hw, qw, iw = REMAT_WIDTHS[config.remat]
     kept = g.num_layers * (hw * g.hidden_size + qw * (q + 2 * kv) + iw * i) * 4
     one_layer = (4 * g.hidden_size + q + 2 * kv + 3 * i) * 4  # a layer's working set, float32
-    row_logits = new * g.vocab_size * 4  # one row's float32 logits: the output layer runs row by row
-    # beyond XLA's temporaries, the learner's phase holds about one more copy of the layer matrices (measured
-    # 764-770 MiB above them with `remat` dots and full, against 684 MiB of matrices: docs/performance.md)
-    learner = learner_rows * length * (kept + 2 * one_layer) + row_logits * GRADIENT_LOGIT_BUFFERS + matrices * stored
-    behaviour = rows * length * one_layer + (row_logits * LOGIT_BUFFERS if config.behaviour_logprobs != "sampler"
-                                             else 0)
+    new = config.sampling.max_new_tokens
+    row_logits = new * g.vocab_size // width * 4  # one row's float32 logits
+    piece_logits = row_logits // output_pieces(new)  # one device: a piece of a row at a time
+    behaviour_logits, learner_logits = (piece_logits, piece_logits) if shares.devices == 1 else \
+        (rows * row_logits, learner_rows * row_logits)
+    behaviour = rows * length * one_layer + (behaviour_logits * LOGIT_BUFFERS
+                                             if config.behaviour_logprobs != "sampler" else 0)
+    # the learner's phase also holds about one more copy of the layer matrices (XLA's temporaries at full:
+    # 1 338 MiB of which 654 activations and logits), and what the behaviour pass leaves resident in the heap
+    # (1 258 MiB measured after it, against its 823 MiB here: docs/performance.md)
+    learner = learner_rows * length * (kept + 2 * one_layer) + learner_logits * GRADIENT_LOGIT_BUFFERS \
+        + g.layer_matrix_params() * stored // shares.weights + behaviour
+    return behaviour, learner
+
+
+def expected_peak(config: Any, geometry: Geometry | None = None, devices: int | None = None) -> Expected | None:
+    """`Expected` for a run's `config` (a ConfigDict with `matmul_dtype` resolved, or "auto" read as
+    bfloat16, the larger copy never being the case); None where the model's sizes are unknown.  On a mesh
+    one device's share (`Shares`; a -1 axis resolved against `devices`, `mesh_shares`)."""
+    geometry = geometry or model_geometry(config.model)
+    if geometry is None:
+        return None
+    g, dtype, shares = geometry, DTYPE_BYTES[config.dtype], mesh_shares(config.mesh, devices)
+    matmul = config.matmul_dtype if config.matmul_dtype in DTYPE_BYTES else "bfloat16"
+    stored = min(dtype, DTYPE_BYTES[matmul])
+    matrices = g.layer_matrix_params()
+    weights = ((matrices + g.embedding_params()) * stored + g.vector_params() * dtype) // shares.weights
+    # the decoder's per-layer copies (and a tied embedding's transpose: the output layer)
+    sampler_copy = (matrices + (g.vocab_size * g.hidden_size if g.tied_embeddings else 0)) * stored // shares.weights
+    threads = max(config.num_threads // shares.rows, 1)
+    cache = DTYPE_BYTES[matmul] if stored < dtype else dtype
+    sampling = 2 * g.num_layers * g.num_kv_heads * g.head_dim // shares.tensor * threads * (
+        PROMPT_TOKENS + config.sampling.max_new_tokens) * cache
+    behaviour, learner = pass_bytes(config, g, stored, shares)
     params = matrices + g.embedding_params() + g.vector_params()
-    return Expected(RUNTIME_BYTES, weights, sampler_copy, trainable, sampling, behaviour, learner, params)
+    runtime = RUNTIME_BYTES + (LEARNER_RUNTIME_BYTES if config.get("learn", True) else 0)
+    return Expected(runtime, weights, sampler_copy, trainable_bytes(config, g), sampling, behaviour, learner,
+                    params, shares.devices)
 
 
 def gib(value: int) -> str:
@@ -187,7 +266,8 @@ def expected_line(expected: Expected | None) -> str:
     if expected is None:
         return "expected peak memory: unknown (the model's sizes are read after its first conversion)"
     phase, added = expected.phase
-    return (f"expected peak memory: {gib(expected.total)} (runtime {gib(expected.runtime)}, weights "
+    device = f" per device of {expected.devices}" if expected.devices > 1 else ""
+    return (f"expected peak memory{device}: {gib(expected.total)} (runtime {gib(expected.runtime)}, weights "
             f"{gib(expected.weights)} for {expected.params / 1e6:.0f}M parameters, trainable state "
             f"{expected.trainable / MIB:.0f} MiB, and at its peak the {phase} {gib(added)})")
 

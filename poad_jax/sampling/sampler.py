@@ -18,6 +18,8 @@ sharding call and the compiled programs are those of one device.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
 import math
 from typing import Sequence
@@ -49,6 +51,20 @@ FINISH_STOP_TOKEN = "stop_token"
 FINISH_LENGTH = "length"
 DEFAULT_BATCH_BUCKETS = COUNT_BUCKETS
 DEFAULT_PROMPT_BUCKETS = PROMPT_BUCKETS
+
+
+def return_freed_memory() -> bool:
+    """Hands the C heap's free pages back to the kernel (glibc's `malloc_trim(0)`); False where there is no glibc.
+
+    The per-layer copies are 168 buffers of 0.2-8.3 MiB; once glibc's mmap threshold has grown past them (it
+    follows the largest buffer freed, up to 32 MiB) they live in the heap, and freed in its middle they stay
+    resident, where the learner's buffers, each one mapping of its own, cannot use them: one more copy of the
+    layer matrices at the learner's peak (docs/performance.md, "Where a DataSciCoding run's memory goes")."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    libc = ctypes.CDLL(name)
+    return bool(libc.malloc_trim(0)) if hasattr(libc, "malloc_trim") else False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +212,7 @@ class Sampler:
         docs/performance.md), for one copy of the weight matrices per rollout (a fraction of a second)."""
         if self.layout is None and self.unstacked is not None:
             self.unstacked, self._copies_released = None, True
+            return_freed_memory()
 
     def _weights(self):
         if self._copies_released:  # from the sampler's own base, as made at construction
