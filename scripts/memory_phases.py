@@ -81,7 +81,7 @@ def main(argv) -> None:
     phases.append({"phase": "imports", **{k: round(v, 1) for k, v in status_mib().items()}})
     placement = placement_of(run)
     built = phase("model loading", lambda: build(run, placement))
-    estimate = memory_lib.expected_peak(config)
+    estimate = memory_lib.expected_peak(run)
     print(memory_lib.expected_line(estimate), flush=True)
     envs = build_envs(run, placement.threads, built.seeds.envs)
     update_fn, _, state = phase("learner state", lambda: placement.learner(

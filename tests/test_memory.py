@@ -25,6 +25,7 @@ import pytest
 from poad_jax.run import config as config_lib
 from poad_jax.run import hardware
 from poad_jax.run import memory
+from poad_jax.run.config import typed
 from poad_jax.tools.study import scheduler, spec
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -54,7 +55,7 @@ def test_the_toy_runs_expected_peak_is_within_25_percent_of_its_measured_peak(tm
                              f"--workdir={workdir}", "--config.total_env_steps=32", "--config.tensorboard=false",
                              "--config.plot=false"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
-    expected = memory.expected_peak(toy_config(total_env_steps=32))
+    expected = memory.expected_peak(typed(toy_config(total_env_steps=32)))
     assert memory.expected_line(expected) in result.stdout.splitlines()
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     measured = max(r["peak_rss_mb"] for r in records) * 2**20
@@ -67,19 +68,19 @@ def test_the_estimate_adds_each_copy_of_the_weights_and_the_largest_phase():
     qwen = memory.geometry_from_hf(QWEN)
     config = toy_config()
     config.matmul_dtype, config.dtype = "bfloat16", "float32"
-    base = memory.expected_peak(config, qwen)
+    base = memory.expected_peak(typed(config), qwen)
     assert base.params == 630_167_424  # the converted file's 2 520 669 696 float32 bytes / 4
     matrices = 24 * (2 * 896 * 896 + 2 * 896 * 128 + 3 * 896 * 4864)
     assert base.weights == (matrices + 2 * 151936 * 896) * 2 + (896 + 24 * (2 * 896 + 1152)) * 4
     assert base.sampler_copy == matrices * 2
     config.matmul_dtype = "float32"
-    assert memory.expected_peak(config, qwen).weights == base.params * 4
+    assert memory.expected_peak(typed(config), qwen).weights == base.params * 4
     for setting, smaller in (("num_threads", 2), ("sampling.max_new_tokens", 16)):
         lowered = toy_config()
         lowered.matmul_dtype = "bfloat16"
         target, _, field = setting.rpartition(".")
         (lowered[target] if target else lowered)[field] = smaller
-        assert memory.expected_peak(lowered, qwen).total < base.total, setting
+        assert memory.expected_peak(typed(lowered), qwen).total < base.total, setting
     line = memory.memory_warning(base, base.total - 1)
     assert line.startswith(f"warning: this run expects to need {memory.gib(base.total)} at its peak ")
     assert "--config." in line and memory.memory_warning(base, base.total) is None
@@ -91,18 +92,18 @@ def test_a_run_that_does_not_learn_expects_no_behaviour_pass_and_no_learner(tmp_
     learning, sampling_only = toy_config(), toy_config(learn=False)
     for config in (learning, sampling_only):
         config.matmul_dtype = "bfloat16"
-    assert memory.expected_peak(learning, qwen).phase[0] == "learner"
-    expected = memory.expected_peak(sampling_only, qwen)
+    assert memory.expected_peak(typed(learning), qwen).phase[0] == "learner"
+    expected = memory.expected_peak(typed(sampling_only), qwen)
     assert (expected.behaviour, expected.learner, expected.phase[0]) == (0, 0, "sampling")
     assert expected.total == expected.runtime + expected.weights + expected.trainable + expected.sampler_copy \
-        + expected.sampling < memory.expected_peak(learning, qwen).total
+        + expected.sampling < memory.expected_peak(typed(learning), qwen).total
     workdir = tmp_path / "run"
     result = subprocess.run([sys.executable, "-m", "poad_jax.train", "--config=configs/toy.py",
                              f"--workdir={workdir}", "--config.total_env_steps=32", "--config.learn=false",
                              "--config.tensorboard=false", "--config.plot=false"],
                             cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
-    toy = memory.expected_peak(toy_config(total_env_steps=32, learn=False))
+    toy = memory.expected_peak(typed(toy_config(total_env_steps=32, learn=False)))
     assert toy.learner == 0 and memory.expected_line(toy) in result.stdout.splitlines()
     measured = max(json.loads(line)["peak_rss_mb"] for line in (workdir / "metrics.jsonl").read_text().splitlines())
     assert abs(toy.total - measured * 2**20) <= 0.25 * measured * 2**20, (toy.as_dict(), measured)
@@ -120,7 +121,7 @@ def test_on_a_mesh_the_estimate_is_one_devices_share():
         config.ppo.num_minibatches, config.ppo.accumulation_steps = 2, 1
         for axis, size in mesh.items():
             config.mesh[axis] = size
-        return memory.expected_peak(config, qwen, devices)
+        return memory.expected_peak(typed(config), qwen, devices)
 
     one, fsdp, data, tensor = estimate(), estimate(fsdp=2), estimate(data=2), estimate(tensor=2)
     assert one.devices == 1 and (fsdp.devices, data.devices, tensor.devices) == (2, 2, 2)
@@ -146,9 +147,9 @@ def test_the_trainer_warns_in_one_line_when_available_memory_is_below_the_expect
     from poad_jax.run import train
 
     config = toy_config()
-    expected = memory.expected_peak(config)
+    expected = memory.expected_peak(typed(config))
     monkeypatch.setattr(memory, "available_bytes", lambda meminfo="/proc/meminfo": expected.total // 2)
-    train.say_expected_memory(config)
+    train.say_expected_memory(typed(config))
     out, err = capsys.readouterr()
     assert out.splitlines() == [memory.expected_line(expected)]
     (warning,) = err.splitlines()
@@ -165,7 +166,7 @@ def test_available_memory_is_read_from_meminfo(tmp_path):
 def test_the_study_runner_starts_no_more_cells_than_available_memory_holds(tmp_path, monkeypatch):
     """Two workers, memory for one cell at its expected peak: the cells run one at a time, said in one line."""
     study = spec.load_study(write_study(tmp_path, updates=1, methods=("poad", "ntpo"), seeds=(0,)))
-    one = memory.expected_peak(toy_config()).total
+    one = memory.expected_peak(typed(toy_config())).total
     monkeypatch.setattr(memory, "available_bytes", lambda meminfo="/proc/meminfo": int(1.5 * one))
     monkeypatch.setattr(scheduler, "resident_bytes", lambda pid: 0)  # a running cell's whole peak is still to come
     lines: list[str] = []

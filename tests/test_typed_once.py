@@ -32,10 +32,9 @@ TYPING_MODULES = {
     "poad_jax/bench/codegen.py": 1,
     "scripts/memory_phases.py": 1,
 }
-# The functions that still take a ConfigDict, at the train command's entry point: `run` itself (it
-# validates, resolves, stores and compares the config as given) and the memory estimate, whose
-# `run.memory.expected_peak` reads the config's top-level rollout fields.
-CONFIG_DICT_PARAMETERS = {"poad_jax.run.train.run", "poad_jax.run.train.say_expected_memory"}
+# The one function that still takes a ConfigDict, the train command's entry point: `run` itself (it
+# validates, resolves, stores and compares the config as given).
+CONFIG_DICT_PARAMETERS = {"poad_jax.run.train.run"}
 
 
 def typed_calls(source: str) -> int:

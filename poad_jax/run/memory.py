@@ -38,6 +38,7 @@ import resource
 from typing import Any
 
 from poad_jax.core.policy import output_pieces
+from poad_jax.run.config.settings import Mesh, Run
 
 MIB = 2**20
 RUNTIME_BYTES = 420 * MIB  # Python, JAX, XLA, tokenizer, environments, the sampler's programs: the toy run
@@ -172,32 +173,32 @@ class Shares:
         return self.data * self.fsdp * self.tensor
 
 
-def mesh_shares(mesh: Any, devices: int | None = None) -> Shares:
-    """`Shares` of a config's mesh block; a -1 axis takes the `devices` the others leave, or 1 where
+def mesh_shares(mesh: Mesh, devices: int | None = None) -> Shares:
+    """`Shares` of a run's mesh section; a -1 axis takes the `devices` the others leave, or 1 where
     `devices` is None (the larger share: an estimate made before the devices are known errs high)."""
-    from poad_jax.parallel.sharding import MESH_AXES, mesh_shape
+    from poad_jax.parallel.sharding import mesh_shape
 
     known = 1
-    for axis in MESH_AXES:
-        known *= max(int(mesh.get(axis, 1)), 1)
+    for size in (mesh.data, mesh.fsdp, mesh.tensor):
+        known *= max(size, 1)
     return Shares(*mesh_shape(mesh, devices if devices is not None else known))
 
 
-def trainable_bytes(config: Any, g: Geometry) -> int:
+def trainable_bytes(run: Run, g: Geometry) -> int:
     """LoRA (the actor's; a critic's too), the value head and its target, in float32: parameters, gradient
     and Adam's two moments, 4 x 4 bytes a trainable parameter, and 4 a target-head parameter."""
-    lora = config.lora.rank * g.num_layers * sum(
+    lora = run.lora.rank * g.num_layers * sum(
         g.hidden_size + (g.num_kv_heads * g.head_dim if t in ("k_proj", "v_proj") else
                          g.intermediate_size if t in ("gate_proj", "up_proj") else
                          g.num_heads * g.head_dim if t == "q_proj" else g.hidden_size)
-        for t in config.lora.targets)
-    sizes = (g.hidden_size, *config.critic.hidden_sizes, 1)
+        for t in run.lora.targets)
+    sizes = (g.hidden_size, *run.critic.hidden_sizes, 1)
     head = sum(a * b for a, b in zip(sizes, sizes[1:]))
-    critic_lora = lora if config.critic.kind == "lora" else 0
+    critic_lora = lora if run.critic.kind == "lora" else 0
     return 4 * 4 * (lora + head + critic_lora) + 4 * head
 
 
-def pass_bytes(config: Any, g: Geometry, stored: int, shares: Shares) -> tuple[int, int]:
+def pass_bytes(run: Run, g: Geometry, stored: int, shares: Shares) -> tuple[int, int]:
     """(behaviour pass, learner): what each adds at its peak on one device.
 
         behaviour = rows x length x one layer's working set + logits x LOGIT_BUFFERS (old log-probs recomputed)
@@ -207,23 +208,23 @@ def pass_bytes(config: Any, g: Geometry, stored: int, shares: Shares) -> tuple[i
     rows are the device's (/ shares.rows); the widths of heads, MLP and vocabulary its share (/ tensor);
     logits are one piece of a row's on one device (`rowwise_policy_terms`), every row's on a mesh.
     Both 0 for a run that does not learn (`learn=False`)."""
-    if not config.get("learn", True):
+    if not run.learn:
         return 0, 0
     width = shares.tensor
-    rows = max(config.num_threads * config.rollout_length // shares.rows, 1)
-    learner_rows = max(rows // (config.ppo.num_minibatches * config.ppo.accumulation_steps), 1)
-    length = PROMPT_TOKENS + config.sampling.max_new_tokens
+    rows = max(run.rollout.num_threads * run.rollout.rollout_length // shares.rows, 1)
+    learner_rows = max(rows // (run.ppo.num_minibatches * run.ppo.accumulation_steps), 1)
+    length = PROMPT_TOKENS + run.sampling.max_new_tokens
     q, kv, i = g.num_heads * g.head_dim // width, g.num_kv_heads * g.head_dim // width, g.intermediate_size // width
-    hw, qw, iw = REMAT_WIDTHS[config.remat]
+    hw, qw, iw = REMAT_WIDTHS[run.remat]
     kept = g.num_layers * (hw * g.hidden_size + qw * (q + 2 * kv) + iw * i) * 4
     one_layer = (4 * g.hidden_size + q + 2 * kv + 3 * i) * 4  # a layer's working set, float32
-    new = config.sampling.max_new_tokens
+    new = run.sampling.max_new_tokens
     row_logits = new * g.vocab_size // width * 4  # one row's float32 logits
     piece_logits = row_logits // output_pieces(new)  # one device: a piece of a row at a time
     behaviour_logits, learner_logits = (piece_logits, piece_logits) if shares.devices == 1 else \
         (rows * row_logits, learner_rows * row_logits)
     behaviour = rows * length * one_layer + (behaviour_logits * LOGIT_BUFFERS
-                                             if config.behaviour_logprobs != "sampler" else 0)
+                                             if run.rollout.behaviour_logprobs != "sampler" else 0)
     # the learner's phase also holds about one more copy of the layer matrices (XLA's temporaries at full:
     # 1 338 MiB of which 654 activations and logits), and what the behaviour pass leaves resident in the heap
     # (1 258 MiB measured after it, against its 823 MiB here: docs/performance.md)
@@ -232,28 +233,28 @@ def pass_bytes(config: Any, g: Geometry, stored: int, shares: Shares) -> tuple[i
     return behaviour, learner
 
 
-def expected_peak(config: Any, geometry: Geometry | None = None, devices: int | None = None) -> Expected | None:
-    """`Expected` for a run's `config` (a ConfigDict with `matmul_dtype` resolved, or "auto" read as
+def expected_peak(run: Run, geometry: Geometry | None = None, devices: int | None = None) -> Expected | None:
+    """`Expected` for a run's typed settings (`matmul_dtype` resolved, or "auto" read as
     bfloat16, the larger copy never being the case); None where the model's sizes are unknown.  On a mesh
     one device's share (`Shares`; a -1 axis resolved against `devices`, `mesh_shares`)."""
-    geometry = geometry or model_geometry(config.model)
+    geometry = geometry or model_geometry(run.model)
     if geometry is None:
         return None
-    g, dtype, shares = geometry, DTYPE_BYTES[config.dtype], mesh_shares(config.mesh, devices)
-    matmul = config.matmul_dtype if config.matmul_dtype in DTYPE_BYTES else "bfloat16"
+    g, dtype, shares = geometry, DTYPE_BYTES[run.dtype], mesh_shares(run.mesh, devices)
+    matmul = run.matmul_dtype if run.matmul_dtype in DTYPE_BYTES else "bfloat16"
     stored = min(dtype, DTYPE_BYTES[matmul])
     matrices = g.layer_matrix_params()
     weights = ((matrices + g.embedding_params()) * stored + g.vector_params() * dtype) // shares.weights
     # the decoder's per-layer copies (and a tied embedding's transpose: the output layer)
     sampler_copy = (matrices + (g.vocab_size * g.hidden_size if g.tied_embeddings else 0)) * stored // shares.weights
-    threads = max(config.num_threads // shares.rows, 1)
+    threads = max(run.rollout.num_threads // shares.rows, 1)
     cache = DTYPE_BYTES[matmul] if stored < dtype else dtype
     sampling = 2 * g.num_layers * g.num_kv_heads * g.head_dim // shares.tensor * threads * (
-        PROMPT_TOKENS + config.sampling.max_new_tokens) * cache
-    behaviour, learner = pass_bytes(config, g, stored, shares)
+        PROMPT_TOKENS + run.sampling.max_new_tokens) * cache
+    behaviour, learner = pass_bytes(run, g, stored, shares)
     params = matrices + g.embedding_params() + g.vector_params()
-    runtime = RUNTIME_BYTES + (LEARNER_RUNTIME_BYTES if config.get("learn", True) else 0)
-    return Expected(runtime, weights, sampler_copy, trainable_bytes(config, g), sampling, behaviour, learner,
+    runtime = RUNTIME_BYTES + (LEARNER_RUNTIME_BYTES if run.learn else 0)
+    return Expected(runtime, weights, sampler_copy, trainable_bytes(run, g), sampling, behaviour, learner,
                     params, shares.devices)
 
 

@@ -96,7 +96,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     settings = typed(config)  # the run's one typing of its config
     placement = placement_of(settings)  # the devices fit the mesh, checked before anything is written
     # The ConfigDict stays here for what compares or stores the config as it was given: the run
-    # directory's config.json and its resume check, the warnings and the memory estimate (run/memory.py).
+    # directory's config.json and its resume check, and the warnings.
     changes = rundir.prepare_workdir(workdir, config)
     if chosen and show_progress and placement.primary:
         print(chosen, flush=True)
@@ -104,7 +104,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
         for warning in config_warnings(config):  # valid settings that make the run learn nothing
             print(warning, file=sys.stderr, flush=True)
     if placement.primary:
-        say_expected_memory(config, show_progress)
+        say_expected_memory(settings, show_progress)
     if show_progress and placement.primary:  # a real model's first load converts its GGUF: seconds to a minute
         print(f"loading model {settings.model}", flush=True)
     built = build(settings, placement)
@@ -129,11 +129,10 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
         envs.close()
 
 
-def say_expected_memory(config: ml_collections.ConfigDict, show_progress: bool = True) -> None:
+def say_expected_memory(settings: Run, show_progress: bool = True) -> None:
     """The run's expected peak memory in one line (`run.memory`), and a one-line warning on stderr when the
-    machine's available memory is below it (the kernel's OOM killer would end the run without a word).
-    `config`: the resolved ConfigDict (`memory.expected_peak` reads its top-level rollout fields)."""
-    expected = memory_lib.expected_peak(config)
+    machine's available memory is below it (the kernel's OOM killer would end the run without a word)."""
+    expected = memory_lib.expected_peak(settings)
     if show_progress:
         print(memory_lib.expected_line(expected), flush=True)
     warning = memory_lib.memory_warning(expected, memory_lib.available_bytes())

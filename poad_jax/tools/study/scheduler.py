@@ -167,10 +167,16 @@ def ran_as(recorded: Any, config: ml_collections.ConfigDict) -> bool:
     defaults, and with "auto" as written or as this machine resolves it (`hardware.resolve_config`)."""
     if not isinstance(recorded, dict):
         return False
+    wants = [_meaning(_without_default_env_kwargs(json.loads(c.to_json_best_effort())))
+             for c in (config, as_resolved_here(config))]
+    return _meaning(_without_default_env_kwargs(_completed_json(recorded))) in wants
+
+
+def as_resolved_here(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """A copy of `config` with its "auto" settings as this machine resolves them (`hardware.resolve_config`)."""
     resolved = copy.deepcopy(config)
     hardware.resolve_config(resolved)
-    wants = [_meaning(_without_default_env_kwargs(json.loads(c.to_json_best_effort()))) for c in (config, resolved)]
-    return _meaning(_without_default_env_kwargs(_completed_json(recorded))) in wants
+    return resolved
 
 
 # ---------------------------------------------------------------------------
@@ -365,9 +371,11 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
     """
     cells = grid(study)
     configs = {cell.name: cell_config(study, cell) for cell in cells}  # validates every cell first
-    # each cell's settings typed once (`config_lib.typed`): the study needs their env steps; the cells'
-    # ConfigDicts stay, as the trainers' command lines, their resume checks and warnings read them
-    totals = {name: config_lib.typed(config).total_env_steps for name, config in configs.items()}
+    # each cell's settings typed once (`config_lib.typed`), "auto" settings resolved as this machine
+    # resolves them: the study needs their env steps and expected peak memory; the cells' ConfigDicts
+    # stay, as the trainers' command lines, their resume checks and warnings read them
+    runs = {name: config_lib.typed(as_resolved_here(config)) for name, config in configs.items()}
+    totals = {name: run.total_env_steps for name, run in runs.items()}
     if up_to is not None:
         cells = [staged(cell, totals[cell.name], up_to) for cell in cells]
         configs = {cell.name: cell_config(study, cell) for cell in cells}
@@ -393,7 +401,7 @@ def run_study(study: Study, workdir: pathlib.Path, workers: int = 1, reuse: bool
     with study_lock_dir(workdir):
         prepare_workdir(study, workdir, cells)
         deadline = None if finish_within is None else time.monotonic() + finish_within
-        return CellRunner(study, workdir, to_run, configs, totals, workers, log, deadline).run(reuse)
+        return CellRunner(study, workdir, to_run, configs, runs, totals, workers, log, deadline).run(reuse)
 
 
 def cell_warnings(study: Study, cells: list[Cell], configs: dict[str, ml_collections.ConfigDict]) -> list[str]:
@@ -487,8 +495,9 @@ class CellRunner:
     """
 
     def __init__(self, study: Study, workdir: pathlib.Path, cells: list[Cell], configs: dict[str, Any],
-                 totals: dict[str, int], workers: int, log, deadline: float | None = None) -> None:
-        self.study, self.workdir, self.cells, self.configs = study, workdir, cells, configs
+                 runs: dict[str, config_lib.Run], totals: dict[str, int], workers: int, log,
+                 deadline: float | None = None) -> None:
+        self.study, self.workdir, self.cells, self.configs, self.runs = study, workdir, cells, configs, runs
         self.workers, self.log = workers, log
         self.totals = totals  # each cell's total_env_steps
         self.pending: list[Cell] = []
@@ -605,9 +614,7 @@ class CellRunner:
         """A cell's expected peak memory in bytes (`run.memory.expected_peak` of its config, "auto"
         settings resolved as this machine resolves them), None where the model's sizes are unknown."""
         if name not in self.peaks:
-            config = copy.deepcopy(self.configs[name])
-            hardware.resolve_config(config)
-            expected = memory_lib.expected_peak(config)
+            expected = memory_lib.expected_peak(self.runs[name])
             self.peaks[name] = None if expected is None else expected.total
         return self.peaks[name]
 
