@@ -107,3 +107,18 @@ def test_no_section_without_a_log(tmp_path):
     study = spec.load_study(write_study(tmp_path))
     (tmp_path / "runs" / "cells" / "POAD__seed=0").mkdir(parents=True)
     assert actions.actions_section(study, tmp_path / "runs", 0.25) == []
+
+
+def test_a_programs_score_is_its_auc_where_the_env_reports_one_not_an_improvement_attempts_gain():
+    """In an improvement episode a later program earns its gain over the episode's best (0.02 here), so the
+    part's mean score of the programs that ran is their AUCs' mean, not their rewards'; without an `auc`
+    the reward is the score."""
+    first = {"reward": 0.80, "info": {"success": True, "auc": 0.80, "program": "LogisticRegression()"}}
+    better = {"reward": 0.02, "info": {"success": True, "auc": 0.82, "program": "SVC(probability=True)"}}
+    failed = {"reward": -1.0, "info": {"success": False, "error": "TypeError: bad"}}
+    plain = {"reward": 0.5, "info": {"success": True}}
+    lines = [{**line, "action": "x"} for line in (first, better, failed)]
+    assert actions.step_score(better) == 0.82 and actions.step_score(plain) == 0.5
+    row = actions.window_row(lines)
+    assert (row["steps"], row["succeeded"]) == (3, 2)
+    np.testing.assert_allclose(row["mean_reward"], np.mean([0.80, 0.82]))

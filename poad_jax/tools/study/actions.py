@@ -49,16 +49,24 @@ def windows(lines: list[dict[str, Any]], fraction: float) -> tuple[list[dict], l
     return ordered[:count], ordered[len(ordered) - count:] if count else []
 
 
+def step_score(line: dict[str, Any]) -> float | None:
+    """A successful step's own score: the env's `info["auc"]` where it reports one (DataSciCoding; in an
+    improvement episode the reward is the gain over the episode's best so far, not the program's AUC),
+    else its reward."""
+    auc = (line.get("info") or {}).get("auc")
+    return float(auc) if auc is not None else line.get("reward")
+
+
 def window_row(lines: list[dict[str, Any]], top: int = 3) -> dict[str, Any]:
-    """Steps, successes, the successes' mean reward, the commonest error kinds, the mean action length and
-    the commonest scikit-learn classes the successes' programs call (each counted once per program)."""
+    """Steps, successes, the successes' mean score (`step_score`), the commonest error kinds, the mean action
+    length and the commonest scikit-learn classes the successes' programs call (each counted once per program)."""
     ran = [line for line in lines if succeeded(line)]
     classes = collections.Counter(name for line in ran
                                   for name in sklearn_classes(str((line.get("info") or {}).get("program") or "")))
     errors = collections.Counter(error_kind((line.get("info") or {}).get("error")) for line in lines
                                  if not succeeded(line))
     errors.pop("", None)
-    rewards = [line["reward"] for line in ran if line.get("reward") is not None]
+    rewards = [score for score in map(step_score, ran) if score is not None]
     return {"steps": len(lines), "succeeded": len(ran), "mean_reward": float(np.mean(rewards)) if rewards else float("nan"),
             "errors": errors.most_common(top), "classes": classes.most_common(top),
             "length": float(np.mean([len(line.get("action") or "") for line in lines])) if lines else float("nan")}
