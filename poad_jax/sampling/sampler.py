@@ -63,8 +63,11 @@ def return_freed_memory() -> bool:
     name = ctypes.util.find_library("c")
     if name is None:
         return False
-    libc = ctypes.CDLL(name)
-    return bool(libc.malloc_trim(0)) if hasattr(libc, "malloc_trim") else False
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except AttributeError:  # a C library without it (musl, macOS's libSystem)
+        return False
+    return bool(trim(0))
 
 
 @dataclasses.dataclass(frozen=True)
