@@ -72,7 +72,7 @@ def get_config():
     config.ppo.num_minibatches = 2
     config.ppo.accumulation_steps = 2  # micro-batches of 2 rows bound activation memory
     # The layer scan keeps one hidden state a layer and recomputes the rest in the backward pass: the default
-    # job peaks at 4.2 GB, under the 5 GB a CPU run is to fit (issue 81), where keeping every matmul's output
+    # job peaks at 4.2 GB, under the 5 GB a CPU run is to fit, where keeping every matmul's output
     # ("dots", 1.22x faster learner, 1.11x warm loop) peaked at 6.8 GB (docs/performance.md, "Where a
     # DataSciCoding run's memory goes").
     config.remat = "full"
